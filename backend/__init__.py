@@ -1,0 +1,1 @@
+"""Paritywatch backend: REST API, SQL store, detection and alerts, dashboard server."""

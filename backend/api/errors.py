@@ -1,0 +1,72 @@
+"""One JSON error shape for every API error: {"error": {status, code, message, details}}."""
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from backend.errors import ParitywatchError
+
+log = logging.getLogger("paritywatch.api")
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+
+
+def error_response(status: int, message: str, code: str | None = None, details=None, headers=None):  # noqa: ANN001
+    body = {"status": status, "code": code or HTTP_CODES.get(status, "error"), "message": message}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def _validation_message(errors: list[dict]) -> str:
+    parts = []
+    for e in errors[:5]:
+        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "; ".join(parts) + more
+
+
+def _jsonable_errors(errors: list[dict]) -> list[dict]:
+    # Pydantic puts the offending input (possibly huge or non-JSON like NaN) in each error.
+    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors[:20]]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ParitywatchError)
+    async def _domain(_: Request, exc: ParitywatchError):
+        return error_response(exc.status, exc.message, exc.code, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        errors = list(exc.errors())
+        return error_response(422, _validation_message(errors), details=_jsonable_errors(errors))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, exc: RecursionError):
+        return error_response(400, "JSON nested too deeply")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error", code="internal_error")

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from backend.api.deps import IngestDep, MetricsDep, ReadDep
+from backend.schemas import MAX_STEP, MetricBatch, MetricBatchResult, MetricKeyList, MetricKeyOut, SeriesOut
+from backend.store.metrics import prepare_batch
+
+router = APIRouter(prefix="/runs/{run_id}", tags=["metrics"])
+
+
+@router.post("/metrics", response_model=MetricBatchResult, summary="Post a columnar metric batch (idempotent)")
+def post_metrics(run_id: int, batch: MetricBatch, request: Request, store: MetricsDep, _: IngestDep) -> MetricBatchResult:
+    settings = request.app.state.settings
+    prepared = prepare_batch(batch.steps, batch.series, settings.max_points_per_batch, settings.max_key_length)
+    stored = store.ingest(run_id, batch.client_id, batch.seq, prepared)
+    request.app.state.counters.record_ingest(prepared.accepted if stored else 0, not stored)
+    if not stored:
+        return MetricBatchResult(accepted=0, skipped_nonfinite=0, duplicate=True)
+    return MetricBatchResult(accepted=prepared.accepted, skipped_nonfinite=prepared.skipped, duplicate=False)
+
+
+@router.get("/metrics", response_model=MetricKeyList, summary="The run's metric keys with counts")
+def list_keys(run_id: int, store: MetricsDep, _: ReadDep) -> MetricKeyList:
+    keys = store.keys(run_id)
+    return MetricKeyList(keys=[MetricKeyOut.model_validate(k, from_attributes=True) for k in keys])
+
+
+@router.get("/series", response_model=SeriesOut, summary="One series downsampled in SQL (min/max/last per bucket)")
+def read_series(
+    run_id: int,
+    store: MetricsDep,
+    _: ReadDep,
+    key: Annotated[str, Query(min_length=1, max_length=200)],
+    points: Annotated[int, Query(ge=1, le=20_000)] = 1000,
+    step_min: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
+    step_max: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
+) -> SeriesOut:
+    return SeriesOut(**store.series(run_id, key, points, step_min, step_max))

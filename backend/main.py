@@ -1,0 +1,162 @@
+"""The FastAPI application: `create_app(settings)` wires store, API, watchers and dashboard."""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import FileResponse
+from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
+
+from backend import migrate
+from backend.api.errors import error_response, install_error_handlers
+from backend.api.routes import components, control, metrics, runs
+from backend.auth import TokenCache, has_active_tokens
+from backend.control_watch import ControlWatcher
+from backend.db import Database
+from backend.middleware import BodySizeLimit, SecurityHeaders
+from backend.schemas import ErrorResponse, Health
+from backend.settings import Settings, get_settings
+from backend.store.metrics import MetricStore
+
+log = logging.getLogger("paritywatch")
+FRONTEND_DIR = Path(__file__).resolve().parent.parent / "frontend"
+API_PREFIX = "/api/v1"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class OpenMode:
+    """No tokens + loopback bind = open server. Creating a token closes it within seconds."""
+
+    def __init__(self, db: Database, loopback: bool, ttl_s: float = 2.0):
+        self.db, self.loopback, self.ttl_s = db, loopback, ttl_s
+        self._checked_at = -1e9
+        self._open = False
+
+    def is_open(self) -> bool:
+        if not self.loopback:
+            return False
+        now = time.monotonic()
+        if now - self._checked_at > self.ttl_s:
+            self._open = not has_active_tokens(self.db)
+            self._checked_at = now
+        return self._open
+
+
+class Counters:
+    """Process-local counters for /metrics."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.points = 0
+        self.batches = 0
+        self.duplicates = 0
+
+    def record_ingest(self, points: int, duplicate: bool) -> None:
+        with self._lock:
+            self.batches += 1
+            self.points += points
+            self.duplicates += int(duplicate)
+
+
+def _operation_id(route: APIRoute) -> str:
+    return f"{route.tags[0] if route.tags else 'api'}-{route.name}"
+
+
+def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True) -> FastAPI:
+    settings = settings or get_settings()
+    db = Database(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if upgrade_schema:
+            migrate.upgrade(settings.database_url)
+        app.state.schema_revision = migrate.current_revision(settings.database_url)
+        app.state.control_watcher.start()
+        if app.state.open_mode.is_open():
+            log.warning(
+                "\n%s\n  PARITYWATCH IS RUNNING OPEN: no API tokens exist, so every local caller is admin.\n"
+                "  Create one with `paritywatch token create --scope admin` to require tokens.\n%s",
+                "!" * 78, "!" * 78,
+            )
+        yield
+        await app.state.control_watcher.stop()
+        db.dispose()
+
+    app = FastAPI(
+        title="Paritywatch",
+        version="0.1.0",
+        description="Trainer / rollout processor parity for async RL runs.",
+        lifespan=lifespan,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+        generate_unique_id_function=_operation_id,
+        responses={422: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    )
+    app.state.settings = settings
+    app.state.db = db
+    app.state.metrics = MetricStore(db)
+    app.state.tokens = TokenCache(db)
+    app.state.open_mode = OpenMode(db, is_loopback(settings.host))
+    app.state.counters = Counters()
+    app.state.control_watcher = ControlWatcher(db, settings.control_poll_interval_s)
+    app.state.schema_revision = None
+
+    install_error_handlers(app)
+    api = APIRouter(prefix=API_PREFIX)
+    for module in (runs, components, metrics, control):
+        api.include_router(module.router)
+    app.include_router(api)
+    _add_health(app)
+    if settings.serve_dashboard:
+        _mount_dashboard(app)
+    app.add_middleware(SecurityHeaders)
+    app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+    return app
+
+
+def _add_health(app: FastAPI) -> None:
+    @app.get("/healthz", response_model=Health, tags=["health"], operation_id="health-healthz")
+    def healthz() -> Health:
+        st = app.state
+        return Health(
+            status="ok",
+            database=st.db.dialect,
+            schema_revision=st.schema_revision,
+            open_mode=st.open_mode.is_open(),
+        )
+
+
+def _mount_dashboard(app: FastAPI) -> None:
+    import plotly
+
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+    @app.get(f"/vendor/plotly-{plotly.__version__}.min.js", include_in_schema=False)
+    def plotly_bundle() -> FileResponse:
+        return FileResponse(plotly_js, media_type="text/javascript", headers={"Cache-Control": "max-age=31536000, immutable"})
+
+    @app.get("/api/v1/ui-config", include_in_schema=False)
+    def ui_config() -> dict:
+        return {"plotly_url": f"/vendor/plotly-{plotly.__version__}.min.js", "version": app.version}
+
+    if FRONTEND_DIR.is_dir():
+        app.mount("/", StaticFiles(directory=FRONTEND_DIR, html=True), name="dashboard")
+    else:  # pragma: no cover - an installed wheel without the dashboard
+        @app.get("/", include_in_schema=False)
+        def no_dashboard():
+            return error_response(404, "dashboard files are not installed")

@@ -1,0 +1,1 @@
+"""The only place that talks SQL. Routes call these functions; they never open sessions."""

@@ -1,0 +1,46 @@
+import threading
+import time
+
+from tests.api.conftest import new_run
+
+
+def act(client, rid, action, reason="because"):  # noqa: ANN001
+    return client.post(f"/api/v1/runs/{rid}/control", json={"action": action, "reason": reason, "actor": "alice"})
+
+
+def test_pause_resume_stop_with_versions_and_audit(client):
+    rid = new_run(client)["id"]
+    paused = act(client, rid, "pause").json()
+    assert paused["state"] == "paused" and paused["version"] == 2 and paused["actor"] == "alice"
+    assert act(client, rid, "pause").json()["version"] == 2  # repeating is a no-op
+    assert act(client, rid, "resume").json()["state"] == "running"
+    assert act(client, rid, "stop").json()["state"] == "stopping"
+    r = act(client, rid, "resume")
+    assert r.status_code == 409 and "stopping" in r.json()["error"]["message"]
+    events = client.get(f"/api/v1/runs/{rid}/control/audit").json()["events"]
+    assert [(e["from_state"], e["to_state"]) for e in events] == [
+        ("running", "paused"), ("paused", "running"), ("running", "stopping")]
+    assert all(e["actor"] == "alice" and e["reason"] == "because" for e in events)
+
+
+def test_bad_action_is_422(client):
+    rid = new_run(client)["id"]
+    assert client.post(f"/api/v1/runs/{rid}/control", json={"action": "explode"}).status_code == 422
+
+
+def test_long_poll_answers_at_once_on_change(client):
+    rid = new_run(client)["id"]
+    # version already differs: immediate
+    t0 = time.monotonic()
+    r = client.get(f"/api/v1/runs/{rid}/control/wait", params={"after_version": 0, "timeout": 10})
+    assert r.json()["version"] == 1 and time.monotonic() - t0 < 2
+    # no change: waits for the timeout
+    t0 = time.monotonic()
+    r = client.get(f"/api/v1/runs/{rid}/control/wait", params={"after_version": 1, "timeout": 0.5})
+    assert r.json()["version"] == 1 and time.monotonic() - t0 >= 0.45
+    # a pause during the wait wakes it well before the timeout
+    threading.Timer(0.3, lambda: act(client, rid, "pause")).start()
+    t0 = time.monotonic()
+    r = client.get(f"/api/v1/runs/{rid}/control/wait", params={"after_version": 1, "timeout": 20})
+    assert r.json()["state"] == "paused"
+    assert time.monotonic() - t0 < 5

@@ -1,0 +1,118 @@
+import random
+
+import pytest
+from sqlalchemy import func, select
+
+from backend.models import IngestBatch, MetricKey, MetricPoint, MetricRollup
+from tests.api.conftest import new_run
+
+
+def post(client, run_id, seq, steps, series, client_id="c1"):  # noqa: ANN001
+    return client.post(
+        f"/api/v1/runs/{run_id}/metrics",
+        json={"client_id": client_id, "seq": seq, "steps": steps, "series": series},
+    )
+
+
+def count_rows(app, model) -> int:  # noqa: ANN001
+    with app.state.db.read() as s:
+        return s.scalar(select(func.count()).select_from(model))
+
+
+def test_same_batch_twice_is_stored_once(client, app):
+    run = new_run(client)
+    body = ([1, 2, 3], {"loss": [1.0, 0.5, 0.25], "align/kl_k3": [0.0, 0.001, 0.002]})
+    first = post(client, run["id"], 7, *body).json()
+    again = post(client, run["id"], 7, *body).json()
+    assert first == {"accepted": 6, "skipped_nonfinite": 0, "duplicate": False}
+    assert again["duplicate"] is True and again["accepted"] == 0
+    assert count_rows(app, MetricPoint) == 6
+    keys = {k["key"]: k for k in client.get(f"/api/v1/runs/{run['id']}/metrics").json()["keys"]}
+    assert keys["loss"]["count"] == 3 and keys["loss"]["last_value"] == 0.25
+
+
+def test_rejected_batch_leaves_no_rows(client, app):
+    run = new_run(client)
+    # the second series is one value short: the whole batch must be refused
+    r = post(client, run["id"], 1, [1, 2], {"ok": [1.0, 2.0], "short": [1.0]})
+    assert r.status_code == 422 and "short" in r.json()["error"]["message"]
+    r = post(client, run["id"], 2, [1, 2], {"ok": [1.0, 2.0], "x" * 201: [1.0, 2.0]})
+    assert r.status_code == 422
+    for model in (MetricPoint, MetricKey, MetricRollup, IngestBatch):
+        assert count_rows(app, model) == 0, model
+    # and the refused (client, seq) was not burned: the corrected batch is accepted
+    assert post(client, run["id"], 1, [1, 2], {"ok": [1.0, 2.0]}).json()["accepted"] == 2
+
+
+def test_nonfinite_and_null_values_are_skipped_and_counted(client):
+    run = new_run(client)
+    raw = '{"client_id":"c","seq":1,"steps":[1,2,3,4],"series":{"x":[1.0,NaN,Infinity,-Infinity],"y":[null,2,3,4]}}'
+    r = client.post(f"/api/v1/runs/{run['id']}/metrics", content=raw, headers={"content-type": "application/json"})
+    assert r.json() == {"accepted": 4, "skipped_nonfinite": 4, "duplicate": False}
+
+
+def test_limits(client, app):
+    run = new_run(client)
+    r = post(client, run["id"], 1, [-1], {"x": [1.0]})
+    assert r.status_code == 422
+    r = post(client, run["id"], 1, [2**53 + 1], {"x": [1.0]})
+    assert r.status_code == 422
+    steps = list(range(30_000))
+    r = post(client, run["id"], 1, steps, {"a": [0.0] * 30_000, "b": [0.0] * 30_000})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+    big = client.post(f"/api/v1/runs/{run['id']}/metrics", content=b"[" + b"1," * 2_000_000 + b"1]",
+                      headers={"content-type": "application/json"})
+    assert big.status_code == 413
+    assert count_rows(app, MetricPoint) == 0
+    assert post(client, 999, 1, [1], {"x": [1.0]}).status_code == 404
+
+
+def test_huge_steps_and_unicode_keys(client):
+    run = new_run(client)
+    assert post(client, run["id"], 1, [2**53], {"κλ/∆ 🚀": [1.5]}).status_code == 200
+    r = client.get(f"/api/v1/runs/{run['id']}/series", params={"key": "κλ/∆ 🚀"}).json()
+    assert r["buckets"]["step"] == [2**53] and r["buckets"]["last"] == [1.5]
+
+
+def brute_force(points, lo, width, origin):  # noqa: ANN001
+    out = {}
+    for step, v in points:
+        tb = (step - origin) // width
+        b = out.setdefault(tb, [v, v, step, v, 0])
+        b[0], b[1] = min(b[0], v), max(b[1], v)
+        if step >= b[2]:
+            b[2], b[3] = step, v
+        b[4] += 1
+    return out
+
+
+@pytest.mark.parametrize("lo,hi,points", [(None, None, 100), (123, 45_678, 37), (5, 70_000, 1000), (0, 50, 1000)])
+def test_downsample_matches_brute_force(client, lo, hi, points):
+    run = new_run(client)
+    rng = random.Random(0)
+    steps = sorted(rng.sample(range(3, 80_000), 20_000))
+    values = [rng.uniform(-5, 5) for _ in steps]
+    for i in range(0, len(steps), 5_000):  # several batches, as a client would send them
+        assert post(client, run["id"], i, steps[i:i + 5000], {"s": values[i:i + 5000]}).status_code == 200
+    params = {"key": "s", "points": points}
+    if lo is not None:
+        params.update(step_min=lo, step_max=hi)
+    got = client.get(f"/api/v1/runs/{run['id']}/series", params=params).json()
+    lo_, hi_ = (steps[0], steps[-1]) if lo is None else (lo, hi)
+    b = got["buckets"]
+    assert len(b["step"]) <= points
+    in_range = [(s, v) for s, v in zip(steps, values) if lo_ <= s <= hi_]
+    assert sum(b["count"]) == len(in_range)
+    # buckets are [origin + k*width, origin + (k+1)*width), origin <= lo aligned to the roll-up unit
+    assert got["origin"] <= lo_
+    expected = sorted(brute_force(in_range, lo_, got["bucket_width"], got["origin"]).items())
+    assert [e[1][0] for e in expected] == pytest.approx(b["min"])
+    assert [e[1][1] for e in expected] == pytest.approx(b["max"])
+    assert [e[1][3] for e in expected] == pytest.approx(b["last"])
+    assert [e[1][4] for e in expected] == b["count"]
+
+
+def test_series_of_unknown_key_is_404(client):
+    run = new_run(client)
+    r = client.get(f"/api/v1/runs/{run['id']}/series", params={"key": "nope"})
+    assert r.status_code == 404

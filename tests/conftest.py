@@ -1,0 +1,63 @@
+"""Shared fixtures: one database per engine per test session, a clean state per test.
+
+API tests run against SQLite and the PostgreSQL at 127.0.0.1:5432 (override with
+PARITYWATCH_TEST_PG_URL; set it to "skip" to run SQLite only).
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from backend import migrate
+from backend.db import Database
+from backend.models import Base
+
+PG_ADMIN_URL = os.environ.get("PARITYWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'paritywatch.db'}"
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgresql_url():
+    if PG_ADMIN_URL == "skip":
+        pytest.skip("PostgreSQL tests disabled by PARITYWATCH_TEST_PG_URL=skip")
+    name = f"paritywatch_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    migrate.upgrade(url)
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request) -> str:
+    """A migrated, empty database of each engine (rows deleted before every test)."""
+    url = request.getfixturevalue(f"{request.param}_url")
+    _empty_all_tables(url)
+    return url
+
+
+def _empty_all_tables(url: str) -> None:
+    db = Database(url)
+    try:
+        with db.write() as s:
+            if db.dialect == "postgresql":
+                names = ", ".join(t.name for t in Base.metadata.sorted_tables)
+                s.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+            else:
+                for table in reversed(Base.metadata.sorted_tables):
+                    s.execute(table.delete())
+    finally:
+        db.dispose()
