@@ -15,14 +15,17 @@ from fastapi.staticfiles import StaticFiles
 
 from backend import migrate
 from backend.api.errors import error_response, install_error_handlers
-from backend.api.routes import components, control, metrics, runs
+from backend.api.routes import alerts, components, control, meta, metrics, parity, rules, runs, webhooks
+from backend.api.routes.meta import add_prometheus
 from backend.auth import TokenCache, has_active_tokens
 from backend.control_watch import ControlWatcher
+from backend.detect.engine import DetectionEngine
 from backend.db import Database
 from backend.middleware import BodySizeLimit, SecurityHeaders
 from backend.schemas import ErrorResponse, Health
 from backend.settings import Settings, get_settings
 from backend.store.metrics import MetricStore
+from backend.webhooks.dispatcher import Dispatcher
 
 log = logging.getLogger("paritywatch")
 FRONTEND_DIR = Path(__file__).resolve().parent.parent / "frontend"
@@ -86,6 +89,9 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
             migrate.upgrade(settings.database_url)
         app.state.schema_revision = migrate.current_revision(settings.database_url)
         app.state.control_watcher.start()
+        if settings.run_background_workers:
+            app.state.dispatcher.start()
+            app.state.engine.start()
         if app.state.open_mode.is_open():
             log.warning(
                 "\n%s\n  PARITYWATCH IS RUNNING OPEN: no API tokens exist, so every local caller is admin.\n"
@@ -94,6 +100,9 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
             )
         yield
         await app.state.control_watcher.stop()
+        if settings.run_background_workers:
+            app.state.engine.stop()
+            app.state.dispatcher.stop()
         db.dispose()
 
     app = FastAPI(
@@ -114,14 +123,20 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
     app.state.open_mode = OpenMode(db, is_loopback(settings.host))
     app.state.counters = Counters()
     app.state.control_watcher = ControlWatcher(db, settings.control_poll_interval_s)
+    app.state.dispatcher = Dispatcher(db, settings)
+    app.state.dispatcher_wake = app.state.dispatcher.wake
+    app.state.engine = DetectionEngine(
+        db, settings, on_control_change=app.state.control_watcher.notify, on_outbox=app.state.dispatcher.wake
+    )
     app.state.schema_revision = None
 
     install_error_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (runs, components, metrics, control):
+    for module in (runs, components, metrics, control, parity, alerts, rules, webhooks, meta):
         api.include_router(module.router)
     app.include_router(api)
     _add_health(app)
+    add_prometheus(app)
     if settings.serve_dashboard:
         _mount_dashboard(app)
     app.add_middleware(SecurityHeaders)

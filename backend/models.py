@@ -17,6 +17,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
 
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -24,6 +25,26 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware UTC datetimes on every engine: SQLite stores no zone, so normalise both ways
+    (and stored strings then compare in time order)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):  # noqa: ANN001
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+            if dialect.name == "sqlite":
+                value = value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):  # noqa: ANN001
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
 
 
 class Base(DeclarativeBase):
@@ -39,14 +60,16 @@ class Run(Base):
     name: Mapped[str] = mapped_column(String(200))
     tags: Mapped[dict] = mapped_column(JSON, default=dict)
     config: Mapped[dict] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # Control state lives on the run row so a read of the run sees it without a join.
     control_state: Mapped[str] = mapped_column(String(16), default="running")
     control_version: Mapped[int] = mapped_column(Integer, default=1)
     control_actor: Mapped[str | None] = mapped_column(String(200), nullable=True)
     control_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
-    control_updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    control_updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # What a processor mismatch does to this run: pause | alert | ignore.
+    on_mismatch: Mapped[str] = mapped_column(String(8), default="pause")
 
 
 class ControlEvent(Base):
@@ -61,7 +84,7 @@ class ControlEvent(Base):
     to_state: Mapped[str] = mapped_column(String(16))
     actor: Mapped[str | None] = mapped_column(String(200), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Fingerprint(Base):
@@ -72,7 +95,7 @@ class Fingerprint(Base):
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     version: Mapped[int] = mapped_column(Integer)
     body: Mapped[dict] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Component(Base):
@@ -87,8 +110,8 @@ class Component(Base):
     worker_id: Mapped[str] = mapped_column(String(200))
     host: Mapped[str] = mapped_column(String(255), default="")
     pid: Mapped[int] = mapped_column(Integer, default=0)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     fingerprint_digest: Mapped[str | None] = mapped_column(
         ForeignKey("fingerprints.digest"), nullable=True
     )
@@ -148,7 +171,7 @@ class IngestBatch(Base):
     client_id: Mapped[str] = mapped_column(String(64))
     seq: Mapped[int] = mapped_column(BigInteger)
     points: Mapped[int] = mapped_column(Integer)
-    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class ApiToken(Base):
@@ -160,8 +183,8 @@ class ApiToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
     scopes: Mapped[str] = mapped_column(String(100))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
@@ -177,12 +200,15 @@ class Alert(Base):
     severity: Mapped[str] = mapped_column(String(16))
     dedup_key: Mapped[str] = mapped_column(String(255))
     status: Mapped[str] = mapped_column(String(16), default="firing")
+    # = dedup_key while open, NULL once resolved: the unique index allows one open alert per
+    # key even with several backend processes detecting at once.
+    open_key: Mapped[str | None] = mapped_column(String(300), unique=True, nullable=True)
     title: Mapped[str] = mapped_column(Text)
     detail: Mapped[dict] = mapped_column(JSON, default=dict)
     step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    fired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    fired_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class AlertEvent(Base):
@@ -195,7 +221,7 @@ class AlertEvent(Base):
     action: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str | None] = mapped_column(String(200), nullable=True)
     note: Mapped[str | None] = mapped_column(Text, nullable=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Rule(Base):
@@ -217,6 +243,18 @@ class Rule(Base):
     severity: Mapped[str] = mapped_column(String(16), default="warning")
     action: Mapped[str] = mapped_column(String(8), default="alert")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    builtin: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class RuleState(Base):
+    """How many consecutive evaluations of a rule have breached, per run."""
+
+    __tablename__ = "rule_states"
+
+    rule_id: Mapped[int] = mapped_column(ForeignKey("rules.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    streak: Mapped[int] = mapped_column(Integer, default=0)
+    last_value: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Webhook(Base):
@@ -230,7 +268,7 @@ class Webhook(Base):
     events: Mapped[list] = mapped_column(JSON, default=list)
     project: Mapped[str | None] = mapped_column(String(200), nullable=True)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class WebhookDelivery(Base):
@@ -246,10 +284,10 @@ class WebhookDelivery(Base):
     payload: Mapped[dict] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
@@ -260,7 +298,7 @@ class DeliveryAttempt(Base):
     delivery_id: Mapped[int] = mapped_column(
         ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), index=True
     )
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)

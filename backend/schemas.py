@@ -167,3 +167,145 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
+
+
+class AlertOut(BaseModel):
+    id: int
+    run_id: int
+    kind: str
+    severity: str
+    status: str
+    dedup_key: str
+    title: str
+    detail: dict[str, Any]
+    step: int | None
+    fired_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+
+
+class AlertList(BaseModel):
+    alerts: list[AlertOut]
+
+
+class AlertNote(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class AlertEventOut(BaseModel):
+    action: str
+    actor: str | None
+    note: str | None
+    at: datetime
+
+
+class AlertEvents(BaseModel):
+    events: list[AlertEventOut]
+
+
+class RunSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    on_mismatch: Literal["pause", "alert", "ignore"]
+
+
+class RuleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(min_length=1, max_length=200)
+    aggregate: Literal["last", "mean", "max", "min"] = "last"
+    window: int = Field(default=1, ge=1, le=1_000_000)
+    comparison: Literal[">", ">=", "<", "<="]
+    threshold: float = Field(allow_inf_nan=False)
+    consecutive: int = Field(default=1, ge=1, le=10_000)
+    severity: Literal["error", "warning", "info"] = "warning"
+    action: Literal["alert", "pause", "stop"] = "alert"
+    enabled: bool = True
+
+
+class RulePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool | None = None
+    threshold: float | None = Field(default=None, allow_inf_nan=False)
+    consecutive: int | None = Field(default=None, ge=1, le=10_000)
+    severity: Literal["error", "warning", "info"] | None = None
+    action: Literal["alert", "pause", "stop"] | None = None
+
+
+class RuleOut(RuleIn):
+    model_config = ConfigDict(extra="ignore")
+    id: int
+    run_id: int | None
+    project: str | None
+    builtin: bool
+
+
+class RuleList(BaseModel):
+    rules: list[RuleOut]
+
+
+WebhookEvent = Literal["alert.firing", "alert.resolved", "alert.acknowledged", "run.control", "test"]
+
+
+class WebhookIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=8, max_length=2000)
+    format: Literal["standard", "slack"] = "standard"
+    events: list[WebhookEvent] = Field(default_factory=list, max_length=10)
+    project: str | None = Field(default=None, max_length=200)
+
+
+class WebhookPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool
+
+
+class WebhookOut(BaseModel):
+    id: int
+    url: str
+    format: str
+    events: list[str]
+    project: str | None
+    enabled: bool
+    created_at: datetime
+
+
+class WebhookCreated(WebhookOut):
+    secret: str
+
+
+class WebhookList(BaseModel):
+    webhooks: list[WebhookOut]
+
+
+class AttemptOut(BaseModel):
+    at: datetime
+    status_code: int | None
+    error: str | None
+    duration_ms: float
+
+
+class DeliveryOut(BaseModel):
+    id: int
+    event_id: str
+    event_type: str
+    status: str
+    attempts: int
+    last_error: str | None
+    created_at: datetime
+    delivered_at: datetime | None
+    next_attempt_at: datetime
+    attempt_log: list[AttemptOut] = []
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[DeliveryOut]
+
+
+class TestQueued(BaseModel):
+    delivery_id: int
+
+
+class WhoAmI(BaseModel):
+    name: str
+    scopes: list[str]
+    open_mode: bool

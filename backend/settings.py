@@ -23,6 +23,18 @@ class Settings(BaseSettings):
     control_poll_interval_s: float = 0.1
     # Serve the dashboard from frontend/ at "/".
     serve_dashboard: bool = True
+    # Detection.
+    heartbeat_timeout_s: float = 60.0
+    heartbeat_check_interval_s: float = 5.0
+    # Webhooks.
+    allow_loopback_webhooks: bool = False
+    webhook_timeout_s: float = 10.0
+    webhook_backoff_base_s: float = 2.0
+    webhook_backoff_cap_s: float = 300.0
+    webhook_give_up_after_s: float = 6 * 3600.0
+    webhook_poll_interval_s: float = 0.5
+    webhook_claim_s: float = 60.0
+    run_background_workers: bool = True
 
 
 @lru_cache(maxsize=1)

@@ -36,11 +36,11 @@ def apply_action(db: Database, run_id: int, action: str, actor: str | None, reas
             return control_of(run)
         if current not in allowed_from:
             raise Conflict(f"cannot {action} a run that is {current}")
-        _set_state(s, run, target, actor, reason)
+        set_state(s, run, target, actor, reason)
         return control_of(run)
 
 
-def _set_state(s, run: Run, target: str, actor: str | None, reason: str) -> None:  # noqa: ANN001
+def set_state(s, run: Run, target: str, actor: str | None, reason: str) -> None:  # noqa: ANN001
     s.add(
         ControlEvent(
             run_id=run.id,

@@ -7,7 +7,8 @@ from sqlalchemy.orm import Session
 
 from backend.db import Database
 from backend.errors import NotFound
-from backend.models import Alert, Component, Run, utcnow
+from backend.detect.rules import BUILTIN_RULES
+from backend.models import Alert, Component, Rule, Run, utcnow
 
 
 def get_run(s: Session, run_id: int) -> Run:
@@ -26,6 +27,8 @@ def create_or_get_run(db: Database, name: str, project: str, tags: dict, config:
                 if run is None:
                     run = Run(project=project, name=name, tags=tags, config=config)
                     s.add(run)
+                    s.flush()
+                    s.add_all(Rule(run_id=run.id, builtin=True, **r) for r in BUILTIN_RULES)
                 elif tags or config:
                     run.tags = {**(run.tags or {}), **tags}
                     run.config = {**(run.config or {}), **config}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 
 from backend.api.deps import DbDep, IngestDep, ReadDep
 from backend.schemas import ComponentCreate, ComponentOut, FingerprintStored, HeartbeatOut
@@ -39,9 +39,10 @@ def heartbeat(run_id: int, component_id: int, db: DbDep, _: IngestDep) -> Heartb
     summary="Attach a processor fingerprint (full object, or {digest} of a known one)",
 )
 def post_fingerprint(
-    run_id: int, component_id: int, db: DbDep, _: IngestDep, body: dict[str, Any] = Body(...)
+    run_id: int, component_id: int, request: Request, db: DbDep, _: IngestDep, body: dict[str, Any] = Body(...)
 ) -> FingerprintStored:
     digest, stored = fp_store.attach_fingerprint(db, run_id, component_id, body)
+    request.app.state.engine.on_fingerprint(run_id)
     return FingerprintStored(digest=digest, stored=stored)
 
 

@@ -19,6 +19,7 @@ def post_metrics(run_id: int, batch: MetricBatch, request: Request, store: Metri
     request.app.state.counters.record_ingest(prepared.accepted if stored else 0, not stored)
     if not stored:
         return MetricBatchResult(accepted=0, skipped_nonfinite=0, duplicate=True)
+    request.app.state.engine.on_metrics(run_id, set(prepared.points))
     return MetricBatchResult(accepted=prepared.accepted, skipped_nonfinite=prepared.skipped, duplicate=False)
 
 

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from backend.api.deps import DbDep, ReadDep
+from backend.detect.parity import compute_parity
+from backend.store import fingerprints as fp_store
+from backend.store.runs import load_run
+
+router = APIRouter(tags=["parity"])
+
+
+def _comp(c) -> dict:  # noqa: ANN001
+    return {"component_id": c.id, "side": c.side, "worker_id": c.worker_id, "host": c.host,
+            "last_heartbeat": c.last_heartbeat, "digest": c.fingerprint_digest}
+
+
+@router.get("/runs/{run_id}/parity", summary="Trainer vs rollout processors, grouped by fingerprint")
+def parity(run_id: int, db: DbDep, _: ReadDep) -> dict:
+    load_run(db, run_id)
+    p = compute_parity(fp_store.fingerprints_of_run(db, run_id))
+    return {
+        "trainer": _comp(p.reference) if p.reference is not None else None,
+        "groups": [
+            {"digest": g.digest, "side": g.components[0].side, "components": [_comp(c) for c in g.components],
+             "verdict": g.verdict, "diff": g.diff}
+            for g in p.groups
+        ],
+        "missing_fingerprint": [_comp(c) for c in p.missing],
+    }
