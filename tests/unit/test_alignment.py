@@ -1,0 +1,321 @@
+"""Alignment metrics: hand-computed values, masks, and token checks on a real (offline-trained) tokenizer."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer_hooks.alignment import RolloutRecord, compute_alignment_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, build_chatml_tokenizer
+
+# Same vocab, another role separator: ": " instead of "\n".
+OTHER_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}: {{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant: {% endif %}"
+)
+MESSAGES = [
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}],
+    [{"role": "user", "content": "Say hello to the lazy dog."}],
+]
+
+
+@pytest.fixture(scope="module")
+def make_tokenizer(tmp_path_factory):
+    """ChatML tokenizer (byte-level BPE trained offline) loaded back with AutoTokenizer, template of choice."""
+    from transformers import AutoTokenizer
+
+    def make(**options):
+        return AutoTokenizer.from_pretrained(build_chatml_tokenizer(tmp_path_factory.mktemp("tok"), **options))
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def tokenizer(make_tokenizer):
+    return make_tokenizer()
+
+
+def render(tok, messages) -> list[int]:
+    return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+
+
+def consistent_records(tok) -> list[RolloutRecord]:
+    """Records exactly as a rollout worker using the trainer's own processor would produce them."""
+    records = []
+    for messages, answer in zip(MESSAGES, ["4", "hello, dog"]):
+        completion = tok.encode(answer, add_special_tokens=False) + [tok.eos_token_id]
+        records.append(
+            RolloutRecord(
+                messages=messages,
+                prompt_ids=render(tok, messages),
+                completion_ids=completion,
+                completion_text=tok.decode(completion, skip_special_tokens=True),
+                finish_reason="stop",
+                policy_version=3,
+            )
+        )
+    return records
+
+
+# ------------------------------------------------------------------ numeric metrics, by hand
+
+# Two sequences of 3 tokens. Token ratios r = p_train / p_rollout = [1, 2, 0.5] and [4, 1, 1].
+P_ROLL = [[0.5, 0.25, 0.5], [0.1, 0.2, 0.4]]
+P_TRAIN = [[0.5, 0.5, 0.25], [0.4, 0.2, 0.4]]
+LN2 = math.log(2)
+EXPECTED = {
+    "align/logprob_abs_diff_mean": (LN2 + LN2 + 2 * LN2) / 6,
+    "align/logprob_abs_diff_max": 2 * LN2,
+    "align/prob_abs_diff_mean": (0.25 + 0.25 + 0.3) / 6,
+    "align/prob_abs_diff_max": 0.3,
+    "align/kl_k1": -(2 * LN2) / 6,  # mean(lp_rollout - lp_train)
+    # r - log r - 1 per token: 0, 1 - ln2, ln2 - 0.5, 3 - 2 ln2, 0, 0
+    "align/kl_k3": (3.5 - 2 * LN2) / 6,
+    "align/is_ratio_mean": 9.5 / 6,
+    "align/is_ratio_max": 4.0,
+    "align/is_ratio_min": 0.5,
+    "align/is_ratio_clip_frac": 1 / 6,  # only r = 4 exceeds C = 2; r = 2 sits on the threshold
+    "align/seq_is_ratio_geo_mean": (1.0 + 4 ** (1 / 3)) / 2,  # (1*2*0.5)^(1/3) = 1, (4*1*1)^(1/3)
+}
+
+
+def logs(rows):
+    return [[math.log(p) for p in row] for row in rows]
+
+
+def hand_records(**extra) -> list[RolloutRecord]:
+    return [
+        RolloutRecord(prompt_ids=[1], completion_ids=[5, 6, 7], rollout_logprobs=lp, **extra)
+        for lp in logs(P_ROLL)
+    ]
+
+
+def assert_close(metrics, expected):
+    for name, value in expected.items():
+        assert metrics[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_hand_computed_logprob_metrics(backend):
+    metrics = compute_alignment_metrics(hand_records(), trainer_logprobs=logs(P_TRAIN), backend=backend)
+    assert_close(metrics, EXPECTED)
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_dense_torch_trainer_logprobs_pick_torch_and_match():
+    torch = pytest.importorskip("torch")
+    dense = torch.tensor(logs(P_TRAIN) + [[0.0] * 3], dtype=torch.float32)[:2]
+    metrics = compute_alignment_metrics(hand_records(), trainer_logprobs=dense)
+    # float32 input: close, not bit-exact
+    for name, value in EXPECTED.items():
+        assert metrics[name] == pytest.approx(value, rel=1e-6), name
+
+
+def test_dense_numpy_trainer_logprobs_wider_than_completions():
+    np = pytest.importorskip("numpy")
+    dense = np.full((2, 5), -0.1)
+    dense[:, :3] = logs(P_TRAIN)
+    metrics = compute_alignment_metrics(hand_records(), trainer_logprobs=dense)
+    assert_close(metrics, EXPECTED)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_masked_and_non_finite_tokens_are_ignored(backend):
+    records = hand_records()
+    # A 4th token that is masked out (a tool output), with wildly different log-probs.
+    records[0].completion_ids.append(8)
+    records[0].rollout_logprobs.append(-30.0)
+    records[0].completion_mask = [1, 1, 1, 0]
+    # A 4th token on the other row whose rollout log-prob is missing (NaN): not a token to average in.
+    records[1].completion_ids.append(9)
+    records[1].rollout_logprobs.append(float("nan"))
+    trainer = [row + [-0.01] for row in logs(P_TRAIN)]
+    metrics = compute_alignment_metrics(records, trainer_logprobs=trainer, backend=backend)
+    assert_close(metrics, EXPECTED)
+
+
+def test_clip_threshold_is_configurable():
+    metrics = compute_alignment_metrics(hand_records(), trainer_logprobs=logs(P_TRAIN), is_clip=1.5)
+    assert metrics["align/is_ratio_clip_frac"] == pytest.approx(2 / 6)  # r = 2 and r = 4
+
+
+def test_uncomputable_metrics_are_omitted_never_nan():
+    records = [RolloutRecord(prompt_ids=[1], completion_ids=[5, 6])]  # no log-probs, no messages
+    metrics = compute_alignment_metrics(records, trainer_logprobs=[[-1.0, -1.0]])
+    assert metrics == {}
+    all_masked = hand_records()
+    for r in all_masked:
+        r.completion_mask = [0, 0, 0]
+    assert compute_alignment_metrics(all_masked, trainer_logprobs=logs(P_TRAIN)) == {}
+
+
+def test_huge_log_ratio_stays_finite():
+    records = [RolloutRecord(prompt_ids=[1], completion_ids=[5], rollout_logprobs=[-500.0])]
+    metrics = compute_alignment_metrics(records, trainer_logprobs=[[-0.001]])
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_trainer_rows_must_match_records():
+    with pytest.raises(ValueError, match="3 rows for 2 records"):
+        compute_alignment_metrics(hand_records(), trainer_logprobs=logs(P_TRAIN) + [[0.0]])
+
+
+def test_staleness():
+    records = hand_records()
+    records[0].policy_version, records[1].policy_version = 7, 4
+    metrics = compute_alignment_metrics(records, trainer_policy_version=9)
+    assert metrics == {"rollout/staleness_mean": 3.5, "rollout/staleness_max": 5.0}
+
+
+# ------------------------------------------------------------------ token checks on a real tokenizer
+
+
+def test_identical_processors_report_zero_mismatch(tokenizer):
+    metrics = compute_alignment_metrics(consistent_records(tokenizer), tokenizer, trainer_policy_version=3)
+    assert metrics == {
+        "align/prompt_rerender_mismatch_frac": 0.0,
+        "align/decode_mismatch_frac": 0.0,
+        "align/out_of_vocab_frac": 0.0,
+        "align/eos_disagreement_frac": 0.0,
+        "rollout/staleness_mean": 0.0,
+        "rollout/staleness_max": 0.0,
+    }
+
+
+def test_prompt_rendered_with_another_template_is_caught(tokenizer, make_tokenizer):
+    rollout_tok = make_tokenizer(chat_template=OTHER_TEMPLATE)
+    records = consistent_records(tokenizer)
+    for record in records:
+        record.prompt_ids = render(rollout_tok, record.messages)
+    metrics = compute_alignment_metrics(records, tokenizer)
+    assert metrics["align/prompt_rerender_mismatch_frac"] == 1.0
+    # Both renders agree on "<|im_start|>" + the first role, then "\n" vs ":" differ.
+    first_roles = [m[0]["role"] for m in MESSAGES]
+    expected = [len(tokenizer.encode("<|im_start|>" + role, add_special_tokens=False)) for role in first_roles]
+    assert metrics["align/prompt_first_diff_pos_mean"] == pytest.approx(sum(expected) / len(expected))
+    # The completions are untouched: token-in/token-out metrics stay clean.
+    assert metrics["align/decode_mismatch_frac"] == 0.0
+
+
+def test_trl_5498_shape_default_template_on_the_rollout(make_tokenizer):
+    """Trainer: a custom template (default system prompt, think tag). Rollout: the default ChatML."""
+    trainer_tok, rollout_tok = make_tokenizer(chat_template=CUSTOM_TEMPLATE), make_tokenizer()
+    records = consistent_records(rollout_tok)
+    metrics = compute_alignment_metrics(records, trainer_tok)
+    assert metrics["align/prompt_rerender_mismatch_frac"] == 1.0
+    # With a system message the renders agree until the trainer's "<think>": the rollout prompt is a
+    # prefix. Without one they part right after "<|im_start|>" (system vs user).
+    expected = [len(records[0].prompt_ids), 1]
+    assert metrics["align/prompt_first_diff_pos_mean"] == pytest.approx(sum(expected) / 2)
+
+
+def test_prompt_that_is_a_truncated_render_differs_at_its_end(tokenizer):
+    records = consistent_records(tokenizer)[:1]
+    full = records[0].prompt_ids
+    records[0].prompt_ids = full[:-2]  # e.g. a rollout that forgot add_generation_prompt
+    metrics = compute_alignment_metrics(records, tokenizer)
+    assert metrics["align/prompt_rerender_mismatch_frac"] == 1.0
+    assert metrics["align/prompt_first_diff_pos_mean"] == len(full) - 2
+
+
+def test_repeated_prompts_are_rendered_once(tokenizer):
+    calls = []
+
+    class CountingProcessor:
+        def __init__(self, tok):
+            self._tok = tok
+
+        def apply_chat_template(self, *args, **kwargs):
+            calls.append(1)
+            return self._tok.apply_chat_template(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self._tok, name)
+
+    group = consistent_records(tokenizer)[:1] * 8  # one GRPO group: 8 generations of one prompt
+    metrics = compute_alignment_metrics(group, CountingProcessor(tokenizer))
+    assert metrics["align/prompt_rerender_mismatch_frac"] == 0.0
+    assert len(calls) == 1
+
+
+def test_out_of_vocab_ids_are_counted_among_sampled_tokens(tokenizer):
+    records = consistent_records(tokenizer)
+    vocab = len(tokenizer)
+    records[0].completion_ids = [10, vocab, vocab + 5, 11]  # two ids past the vocab (padded embedding rows)
+    records[0].completion_mask = [1, 1, 0, 1]  # the masked one is not a sampled token
+    records[1].completion_ids = [12, 13, 14, tokenizer.eos_token_id]
+    metrics = compute_alignment_metrics(records, tokenizer)
+    assert metrics["align/out_of_vocab_frac"] == pytest.approx(1 / 7)
+    assert metrics["align/decode_mismatch_frac"] > 0  # the rollout text was of other ids
+
+
+def test_decode_mismatch_with_a_rollout_decoder(tokenizer, make_tokenizer):
+    records = consistent_records(tokenizer)
+    twin = make_tokenizer()  # built separately, identical
+    other = make_tokenizer()
+    other.backend_tokenizer.decoder = None  # no byte-level decoder: "he ll o , Ġd og" instead of "hello, dog"
+    records[0].completion_ids = records[0].completion_ids[:1]  # "4": one token decodes the same either way
+    same = compute_alignment_metrics(records, tokenizer, rollout_decode=twin.decode)
+    differ = compute_alignment_metrics(records, tokenizer, rollout_decode=other.decode)
+    assert same["align/decode_mismatch_frac"] == 0.0
+    assert differ["align/decode_mismatch_frac"] == 0.5
+
+
+def test_eos_disagreement_from_explicit_eos_ids(tokenizer):
+    records = consistent_records(tokenizer)
+    endoftext = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    records[1].completion_ids[-1] = endoftext  # the rollout stopped on an id the trainer does not call eos
+    metrics = compute_alignment_metrics(
+        records, tokenizer, rollout_eos_ids=[tokenizer.eos_token_id, endoftext]
+    )
+    assert metrics["align/eos_disagreement_frac"] == 0.5
+
+
+def test_eos_disagreement_from_finish_reason(tokenizer):
+    records = consistent_records(tokenizer)
+    records[0].finish_reason = "length"  # ran out of tokens on what the trainer calls eos
+    records[1].finish_reason = None  # unknown: not counted
+    metrics = compute_alignment_metrics(records, tokenizer)
+    assert metrics["align/eos_disagreement_frac"] == 1.0
+
+
+def test_rerender_failure_is_skipped_not_raised(tokenizer, make_tokenizer):
+    broken = make_tokenizer(chat_template="{{ raise_exception('no') }}")
+    metrics = compute_alignment_metrics(consistent_records(tokenizer), broken)
+    assert "align/prompt_rerender_mismatch_frac" not in metrics
+    assert metrics["align/decode_mismatch_frac"] == 0.0
+
+
+def test_imports_and_runs_without_numpy_or_torch():
+    script = """
+import json, sys
+sys.modules["numpy"] = None; sys.modules["torch"] = None  # make both imports fail
+from trainer_hooks.alignment import RolloutRecord, compute_alignment_metrics
+r = RolloutRecord(prompt_ids=[1], completion_ids=[2], rollout_logprobs=[-1.0], policy_version=1)
+print(json.dumps(compute_alignment_metrics([r], trainer_logprobs=[[-1.0]], trainer_policy_version=2)))
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {"rollout/staleness_mean": 1.0, "rollout/staleness_max": 1.0}
+
+
+def test_torch_without_numpy_matches_hand_values():
+    pytest.importorskip("torch")
+    script = """
+import json, sys
+sys.modules["numpy"] = None  # torch alone: the list-to-tensor fallback
+from trainer_hooks.alignment import RolloutRecord, compute_alignment_metrics
+records = [RolloutRecord(prompt_ids=[1], completion_ids=[5, 6, 7], rollout_logprobs=lp, completion_mask=[1, 1, 1])
+           for lp in json.loads(sys.argv[1])]
+print(json.dumps(compute_alignment_metrics(records, trainer_logprobs=json.loads(sys.argv[2]))))
+"""
+    argv = [json.dumps(logs(P_ROLL)), json.dumps(logs(P_TRAIN))]
+    out = subprocess.run([sys.executable, "-c", script, *argv], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert_close(json.loads(out.stdout.strip().splitlines()[-1]), EXPECTED)

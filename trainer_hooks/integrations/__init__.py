@@ -1,0 +1,1 @@
+"""Adapters for training and rollout frameworks. Each imports its framework only when used."""
