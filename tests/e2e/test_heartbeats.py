@@ -1,0 +1,24 @@
+import time
+
+from fastapi.testclient import TestClient
+
+from backend.main import create_app
+from backend.settings import Settings
+from tests.support.live import wait_for
+
+
+def test_silent_component_raises_heartbeat_lost_and_recovers(db_url):
+    settings = Settings(database_url=db_url, heartbeat_timeout_s=0.5, heartbeat_check_interval_s=0.1)
+    with TestClient(create_app(settings, upgrade_schema=False)) as api:
+        rid = api.post("/api/v1/runs", json={"name": "r"}).json()["id"]
+        comp = api.post(f"/api/v1/runs/{rid}/components", json={"side": "rollout", "worker_id": "w7", "host": "gpu-3"}).json()
+
+        def open_alerts():
+            return api.get(f"/api/v1/runs/{rid}/alerts", params={"status": "open"}).json()["alerts"]
+
+        alert = wait_for(open_alerts, timeout_s=10)[0]
+        assert alert["kind"] == "heartbeat_lost" and "w7" in alert["title"] and "gpu-3" in alert["title"]
+        api.post(f"/api/v1/runs/{rid}/components/{comp['id']}/heartbeat")
+        wait_for(lambda: not open_alerts(), timeout_s=10)
+        resolved = api.get(f"/api/v1/runs/{rid}/alerts").json()["alerts"][0]
+        assert resolved["status"] == "resolved"
