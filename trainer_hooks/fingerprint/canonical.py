@@ -1,0 +1,37 @@
+"""Canonical JSON and SHA-256 digests: the same value hashes alike in any process or machine."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+
+def _default(obj: Any) -> Any:
+    """Serialise what plain JSON cannot: sets sorted, everything else by its string form."""
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=canonical_json)
+    if isinstance(obj, float) and not math.isfinite(obj):  # pragma: no cover - json handles floats
+        return repr(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    return str(obj)
+
+
+def canonical_json(value: Any) -> str:
+    """sort_keys, compact separators, ensure_ascii=False, floats by repr (json's own rule)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """SHA-256 hex of the canonical JSON of ``value``."""
+    return sha256_hex(canonical_json(value))
+
+
+def to_plain(value: Any) -> Any:
+    """Round-trip through canonical JSON so the stored value is exactly what was hashed."""
+    return json.loads(canonical_json(value))
