@@ -1,0 +1,280 @@
+// Metric charts: every logged key grouped by prefix, drawn lazily, downsampled by the server to the
+// chart's width, zoom fetching finer buckets, live append, rule thresholds and alert markers.
+import { api, qs } from './api.js';
+import { clear, fmt, h } from './dom.js';
+
+const COLORS = { error: '#c62828', warning: '#b26a00', info: '#1565c0' };
+const LINE = '#2457c5';
+const MAX_CONCURRENT = 4;
+const MAX_POINTS = 4000;
+
+let plotlyPromise = null;
+/** plotly.js from the installed plotly package; the URL comes from /ui-config (versioned, cacheable). */
+export function loadPlotly() {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!plotlyPromise) {
+    plotlyPromise = api('/ui-config').then((cfg) => new Promise((resolve, reject) => {
+      const script = document.createElement('script');
+      script.src = cfg.plotly_url;
+      script.onload = () => { performance.mark('paritywatch:plotly-ready'); resolve(window.Plotly); };
+      script.onerror = () => reject(new Error('plotly.js could not be loaded'));
+      document.head.append(script);
+    })).catch((err) => { plotlyPromise = null; throw err; });
+  }
+  return plotlyPromise;
+}
+
+/** Group metric keys by prefix ("align/kl_k3" → "align"), align first, then alphabetical. */
+export function groupKeys(keys) {
+  const groups = new Map();
+  for (const k of keys) {
+    const prefix = k.key.includes('/') ? k.key.slice(0, k.key.indexOf('/')) : '(no prefix)';
+    if (!groups.has(prefix)) groups.set(prefix, []);
+    groups.get(prefix).push(k);
+  }
+  return [...groups.entries()].sort(([a], [b]) => (b === 'align') - (a === 'align') || a.localeCompare(b));
+}
+
+// A tiny limiter: at most MAX_CONCURRENT series requests at once, so hundreds of charts do not stampede.
+let active = 0;
+const waiting = [];
+async function limited(fn) {
+  if (active >= MAX_CONCURRENT) await new Promise((resolve) => waiting.push(resolve));
+  active += 1;
+  try { return await fn(); } finally { active -= 1; const next = waiting.shift(); if (next) next(); }
+}
+
+let firstPaintMarked = false;
+function markFirstPaint() {
+  if (firstPaintMarked) return;
+  firstPaintMarked = true;
+  requestAnimationFrame(() => performance.mark('paritywatch:first-chart-painted'));
+}
+
+class Chart {
+  constructor(runId, meta, ctx) {
+    this.runId = runId;
+    this.key = meta.key;
+    this.ctx = ctx;
+    this.plot = h('div', { class: 'plot' }, h('p', { class: 'plot-placeholder muted small' }, 'Drawn when scrolled into view…'));
+    this.caption = h('figcaption', { class: 'chart-caption muted small' }, `${fmt(meta.count)} points`);
+    this.el = h('figure', { class: 'chart', dataset: { key: meta.key } },
+      h('div', { class: 'chart-head' }, h('h3', { class: 'chart-title', title: meta.key }, meta.key),
+        h('span', { class: 'muted small' }, meta.last_value !== undefined && meta.last_value !== null ? `last ${formatValue(meta.last_value)}` : '')),
+      this.plot, this.caption);
+    this.loaded = false;
+    this.zoomed = null; // [stepMin, stepMax] while zoomed in
+    this.data = null;
+  }
+
+  targetPoints() {
+    return Math.max(50, Math.min(MAX_POINTS, Math.round(this.plot.clientWidth || 600)));
+  }
+
+  async load(range = null) {
+    this.zoomed = range;
+    this.el.classList.add('loading');
+    try {
+      const params = { key: this.key, points: this.targetPoints(), step_min: range?.[0], step_max: range?.[1] };
+      const [Plotly, data] = await Promise.all([loadPlotly(), limited(() => api(`/runs/${this.runId}/series${qs(params)}`))]);
+      this.data = data;
+      await this.draw(Plotly);
+      this.loaded = true;
+    } catch (err) {
+      clear(this.plot, h('p', { class: 'chart-error' }, `Could not load this series: ${err.message}`));
+    } finally {
+      this.el.classList.remove('loading');
+    }
+  }
+
+  traces() {
+    const b = this.data.buckets;
+    return [
+      { x: b.step, y: b.max, name: 'max', type: 'scatter', mode: 'lines', line: { width: 0 }, hoverinfo: 'skip', showlegend: false },
+      { x: b.step, y: b.min, name: 'min', type: 'scatter', mode: 'lines', line: { width: 0 }, fill: 'tonexty',
+        fillcolor: 'rgba(36,87,197,0.14)', hoverinfo: 'skip', showlegend: false },
+      { x: b.step, y: b.last, name: 'last', type: 'scatter', mode: 'lines', line: { color: LINE, width: 1.5 },
+        hovertemplate: 'step %{x}<br>%{y:.6g}<extra></extra>' },
+    ];
+  }
+
+  layout() {
+    const { shapes, annotations } = decorations(this.key, this.ctx);
+    return {
+      height: 220, margin: { l: 52, r: 12, t: 6, b: 30 }, showlegend: false, hovermode: 'closest',
+      paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)',
+      font: { family: 'system-ui, -apple-system, Segoe UI, Roboto, sans-serif', size: 11, color: '#4a5160' },
+      xaxis: this.zoomed ? { range: this.zoomed, autorange: false, gridcolor: '#eceef2', zeroline: false }
+        : { autorange: true, gridcolor: '#eceef2', zeroline: false },
+      yaxis: { autorange: true, gridcolor: '#eceef2', zeroline: false, exponentformat: 'SI' },
+      shapes, annotations,
+    };
+  }
+
+  async draw(Plotly) {
+    const first = !this.plot.classList.contains('js-plotly-plot');
+    if (first) clear(this.plot);
+    this.silent = true;
+    await Plotly.react(this.plot, this.traces(), this.layout(),
+      { displaylogo: false, responsive: true, modeBarButtonsToRemove: ['lasso2d', 'select2d'] });
+    this.silent = false;
+    if (first) {
+      this.plot.on('plotly_relayout', (ev) => this.onRelayout(ev));
+      markFirstPaint();
+    }
+    this.describe();
+  }
+
+  describe() {
+    const b = this.data.buckets;
+    const total = b.count.reduce((a, c) => a + c, 0);
+    this.el.dataset.buckets = String(b.step.length);
+    this.el.dataset.bucketWidth = String(this.data.bucket_width);
+    this.el.dataset.total = String(total);
+    this.el.dataset.zoomed = this.zoomed ? 'true' : 'false';
+    this.caption.textContent = `${fmt(total)} points in ${fmt(b.step.length)} buckets of ${fmt(this.data.bucket_width)} step(s)`
+      + (this.zoomed ? ` · zoomed to steps ${fmt(this.zoomed[0])}–${fmt(this.zoomed[1])} (double-click to reset)` : ' · drag to zoom');
+  }
+
+  onRelayout(ev) {
+    if (this.silent) return;
+    let range = null;
+    if (ev['xaxis.range[0]'] !== undefined) range = [ev['xaxis.range[0]'], ev['xaxis.range[1]']];
+    else if (Array.isArray(ev['xaxis.range'])) range = ev['xaxis.range'];
+    else if (!ev['xaxis.autorange']) return;
+    clearTimeout(this.zoomTimer);
+    this.zoomTimer = setTimeout(() => {
+      this.load(range ? [Math.max(0, Math.floor(range[0])), Math.max(0, Math.ceil(range[1]))] : null);
+    }, 120);
+  }
+
+  /** Fetch the buckets after the last one shown and append them (the last partial bucket is re-read). */
+  async appendLive(runLastStep) {
+    if (!this.loaded || this.zoomed || !this.data || this.busy) return;
+    const b = this.data.buckets;
+    if (!b.step.length) { this.load(); return; }
+    const from = b.step[b.step.length - 1];
+    if (runLastStep !== null && runLastStep !== undefined && runLastStep <= (this.data.step_max ?? -1)) return;
+    if (b.step.length > 2 * this.targetPoints()) { this.load(); return; }
+    this.busy = true;
+    try {
+      const points = Math.max(1, Math.min(MAX_POINTS, Math.ceil(((runLastStep ?? from) - from + 1) / this.data.bucket_width)));
+      const tail = await limited(() => api(`/runs/${this.runId}/series${qs({ key: this.key, points, step_min: from })}`));
+      if (!tail.buckets.step.length) return;
+      for (const name of ['step', 'min', 'max', 'last', 'count']) b[name] = b[name].slice(0, -1).concat(tail.buckets[name]);
+      this.data.step_max = tail.step_max;
+      await this.draw(await loadPlotly());
+    } catch { /* the next event retries */ } finally {
+      this.busy = false;
+    }
+  }
+
+  async redecorate() {
+    if (!this.loaded) return;
+    const { shapes, annotations } = decorations(this.key, this.ctx);
+    this.silent = true;
+    await (await loadPlotly()).relayout(this.plot, { shapes, annotations });
+    this.silent = false;
+  }
+}
+
+/** Rule thresholds as horizontal lines; alerts as markers on the x-axis. Texts use enums and numbers only. */
+export function decorations(key, ctx) {
+  const shapes = [];
+  const annotations = [];
+  for (const rule of ctx.rules || []) {
+    if (rule.key !== key || rule.enabled === false) continue;
+    const color = COLORS[rule.severity] || COLORS.warning;
+    shapes.push({ type: 'line', xref: 'paper', x0: 0, x1: 1, yref: 'y', y0: rule.threshold, y1: rule.threshold,
+      line: { color, width: 1.2, dash: 'dash' } });
+    annotations.push({ xref: 'paper', x: 1, xanchor: 'right', yref: 'y', y: rule.threshold, yanchor: 'bottom', showarrow: false,
+      text: `${rule.aggregate} ${rule.comparison} ${Number(rule.threshold)} → ${rule.action}`, font: { size: 10, color } });
+  }
+  for (const alert of ctx.alerts || []) {
+    if (alert.step === null || alert.step === undefined) continue;
+    if (alert.kind === 'metric_threshold' && alert.detail?.key !== key) continue;
+    const color = COLORS[alert.severity] || COLORS.info;
+    shapes.push({ type: 'line', xref: 'x', x0: alert.step, x1: alert.step, yref: 'paper', y0: 0, y1: 1,
+      line: { color, width: 1, dash: 'dot' }, opacity: 0.6 });
+    annotations.push({ xref: 'x', x: alert.step, yref: 'paper', y: 0, yanchor: 'top', showarrow: false, text: '▲',
+      font: { size: 11, color }, hovertext: `alert ${Number(alert.id)} · ${alert.severity} · ${alert.kind} · step ${Number(alert.step)}` });
+  }
+  return { shapes, annotations };
+}
+
+function formatValue(v) {
+  const n = Number(v);
+  return Math.abs(n) >= 1e4 || (Math.abs(n) < 1e-3 && n !== 0) ? n.toExponential(3) : String(Number(n.toPrecision(5)));
+}
+
+/**
+ * Build the charts section into `container`. ctx = {rules, alerts}.
+ * Returns {setContext(ctx), appendLive(lastStep), destroy()}.
+ */
+export function createCharts(container, runId, ctx) {
+  const charts = new Map();
+  const observer = new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      if (!e.isIntersecting) continue;
+      observer.unobserve(e.target);
+      charts.get(e.target.dataset.key)?.load();
+    }
+  }, { rootMargin: '300px 0px' });
+  const filter = h('input', { type: 'search', placeholder: 'Filter metrics', 'aria-label': 'Filter metrics' });
+  const body = h('div', { class: 'chart-groups' }, h('p', { class: 'muted' }, 'Loading metrics…'));
+  const count = h('span', { class: 'muted small' });
+  clear(container, h('div', { class: 'section-head' }, h('h2', {}, 'Metrics'), count, filter), body);
+  let keys = [];
+
+  function build() {
+    const needle = filter.value.trim().toLowerCase();
+    const shown = keys.filter((k) => !needle || k.key.toLowerCase().includes(needle));
+    count.textContent = `${shown.length} of ${keys.length} key(s)`;
+    if (!keys.length) { clear(body, h('p', { class: 'muted' }, 'No metrics logged yet.')); return; }
+    const groups = groupKeys(shown);
+    clear(body, groups.map(([prefix, items]) => {
+      const grid = h('div', { class: 'chart-grid' });
+      const open = prefix === 'align' || shown.length <= 12 || Boolean(needle) || groups.length === 1;
+      const details = h('details', { class: 'chart-group', open, dataset: { prefix } },
+        h('summary', {}, h('span', { class: 'group-name' }, prefix), h('span', { class: 'muted small' }, `${items.length} chart(s)`)), grid);
+      const fill = () => {
+        if (grid.childNodes.length) return;
+        for (const meta of items) {
+          let chart = charts.get(meta.key);
+          if (!chart) { chart = new Chart(runId, meta, ctx); charts.set(meta.key, chart); }
+          grid.append(chart.el);
+          if (!chart.loaded) observer.observe(chart.el);
+        }
+      };
+      details.addEventListener('toggle', () => { if (details.open) fill(); });
+      if (open) fill();
+      return details;
+    }));
+  }
+
+  let filterTimer = null;
+  filter.addEventListener('input', () => { clearTimeout(filterTimer); filterTimer = setTimeout(build, 150); });
+
+  async function refreshKeys() {
+    const fresh = (await api(`/runs/${runId}/metrics`)).keys;
+    const changed = fresh.length !== keys.length;
+    keys = fresh;
+    if (changed) build();
+  }
+
+  refreshKeys().catch((err) => clear(body, h('p', { class: 'chart-error' }, `Metrics are not available: ${err.message}`)));
+  let keysTimer = null;
+  return {
+    setContext(next) {
+      ctx.rules = next.rules ?? ctx.rules;
+      ctx.alerts = next.alerts ?? ctx.alerts;
+      for (const c of charts.values()) c.redecorate();
+    },
+    appendLive(lastStep) {
+      for (const c of charts.values()) c.appendLive(lastStep);
+      clearTimeout(keysTimer);
+      keysTimer = setTimeout(() => refreshKeys().catch(() => {}), 1000);
+    },
+    destroy() { observer.disconnect(); clearTimeout(keysTimer); clearTimeout(filterTimer); },
+  };
+}

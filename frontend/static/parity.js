@@ -1,0 +1,74 @@
+// Parity panel: trainer vs each group of rollout workers (same fingerprint = one group), component by component.
+import { ago, ageSeconds, clear, h } from './dom.js';
+import { openDiff } from './diff.js';
+
+const STALE_S = 60;
+const VERDICT_TEXT = { same: 'same as trainer', info: 'differs (info only)', warning: 'differs (warning)', error: 'differs', unknown: 'not comparable' };
+// Fingerprint component order (DESIGN.md); unknown names are appended.
+const ORDER = ['behavior', 'vocab', 'merges', 'added_tokens', 'special_tokens', 'encode_flags', 'chat_template', 'generation_eos',
+  'image_processor', 'processor', 'model_params', 'normalizer', 'pre_tokenizer', 'post_processor', 'decoder', 'sampling_defaults', 'runtime'];
+
+export function groupLabel(group) {
+  const n = group.components.length;
+  const who = n === 1 ? `1 worker (${group.components[0].worker_id})` : `${n} workers`;
+  return `${who} — ${VERDICT_TEXT[group.verdict] || group.verdict}`;
+}
+
+function componentNames(parity) {
+  const names = new Set();
+  for (const g of parity.groups) {
+    for (const n of g.components_compared || []) names.add(n);
+    for (const c of g.diff?.components || []) names.add(c.name);
+  }
+  if (!names.size) ORDER.forEach((n) => names.add(n));
+  return [...names].sort((a, b) => (ORDER.indexOf(a) + 1 || 99) - (ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b));
+}
+
+export function renderParity(container, parity) {
+  const head = h('div', { class: 'section-head' }, h('h2', {}, 'Processor parity'));
+  if (!parity) { clear(container, head, h('p', { class: 'muted' }, 'Parity is not available from this server yet.')); return; }
+  const { trainer, groups = [], missing_fingerprint: missing = [] } = parity;
+  if (!trainer && !groups.length) {
+    clear(container, head, h('p', { class: 'muted' }, 'No fingerprints yet: components send one when they register their processor.'));
+    return;
+  }
+  const names = componentNames(parity);
+  const table = h('table', { class: 'table parity-table' },
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'component'),
+      groups.map((g, i) => h('th', { scope: 'col', class: `group-head verdict-${g.verdict}`, dataset: { group: i } }, groupLabel(g))))),
+    h('tbody', {}, names.map((name) => h('tr', { dataset: { component: name } },
+      h('th', { scope: 'row' }, h('code', {}, name)),
+      groups.map((g, i) => cell(g, i, name))))));
+  clear(container, head,
+    h('p', { class: 'muted small' }, trainer
+      ? ['Trainer ', h('code', {}, trainer.worker_id), ` · fingerprint ${String(trainer.digest || '').slice(0, 12)}…`]
+      : 'No trainer fingerprint yet: rollout workers cannot be compared.'),
+    groups.length ? h('div', { class: 'table-wrap' }, table) : h('p', { class: 'muted' }, 'No rollout worker has sent a fingerprint yet.'),
+    groups.map(workerList),
+    missing.length ? h('p', { class: 'note' }, `${missing.length} component(s) have not sent a fingerprint: `,
+      missing.map((m) => `${m.side} ${m.worker_id}`).join(', ')) : null);
+}
+
+function cell(group, index, name) {
+  if (group.verdict === 'unknown') return h('td', { class: 'cell-unknown' }, '—');
+  const row = (group.diff?.components || []).find((c) => c.name === name);
+  if (!row) return h('td', { class: 'cell-same', dataset: { state: 'same' } }, '✓ same');
+  const open = () => openDiff(`${groupLabel(group)}: ${name}`, group.diff, name);
+  return h('td', { class: `cell-differs sev-${row.severity}`, dataset: { state: 'differs', severity: row.severity } },
+    h('button', { class: 'link-button', title: row.summary || '', on: { click: open } }, `✗ differs · ${row.severity}`));
+}
+
+function workerList(group) {
+  const comps = group.components;
+  const stale = comps.filter((c) => ageSeconds(c.last_heartbeat) > STALE_S).length;
+  return h('details', { class: `workers verdict-${group.verdict}` },
+    h('summary', {}, `${groupLabel(group)}`, stale ? h('span', { class: 'badge badge-warning' }, `${stale} stale`) : null),
+    h('ul', { class: 'worker-list' }, comps.map((c) => h('li', {},
+      h('code', {}, c.worker_id), c.host ? ` on ${c.host}` : '', ' · heartbeat ',
+      h('span', { class: ageSeconds(c.last_heartbeat) > STALE_S ? 'stale' : 'fresh' }, ago(c.last_heartbeat))))));
+}
+
+/** The differing rollout groups with an error verdict (for the red banner). */
+export function mismatchGroups(parity) {
+  return (parity?.groups || []).filter((g) => g.verdict === 'error');
+}

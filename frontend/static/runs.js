@@ -1,0 +1,114 @@
+// Runs list: name, project, state, components with heartbeat age, firing alerts, last step; filter and sort.
+import { api } from './api.js';
+import { ageSeconds, ago, clear, errorState, fmt, h, severityBadges, stateBadge } from './dom.js';
+
+const STALE_S = 60;
+const REFRESH_MS = 5000;
+const SEVERITY_RANK = { error: 3, warning: 2, info: 1 };
+
+const SORTS = {
+  name: (r) => r.name.toLowerCase(),
+  project: (r) => r.project.toLowerCase(),
+  state: (r) => r.control.state,
+  alerts: (r) => Object.entries(r.firing_alerts || {}).reduce((acc, [s, n]) => acc + (n > 0 ? SEVERITY_RANK[s] * 1e6 + n : 0), 0),
+  last_step: (r) => r.last_step ?? -1,
+  created: (r) => r.created_at,
+};
+
+const filters = { text: '', project: '', state: '', sort: 'created', desc: true }; // kept across visits
+
+export function renderRuns(root) {
+  const body = h('tbody');
+  const status = h('p', { class: 'muted small', 'aria-live': 'polite' });
+  const projectSelect = h('select', { 'aria-label': 'Project', on: { change: (e) => { filters.project = e.target.value; draw(); } } });
+  const table = h('table', { class: 'table runs-table' }, h('thead', {}, h('tr', {},
+    header('Name', 'name'), header('Project', 'project', 'hide-sm'), header('State', 'state'),
+    h('th', { class: 'hide-sm' }, 'Trainer'), h('th', {}, 'Rollout'), header('Firing alerts', 'alerts'),
+    header('Last step', 'last_step', 'num'))), body);
+  const content = h('div', { class: 'table-wrap' }, table);
+  clear(root,
+    h('div', { class: 'page-head' }, h('h1', {}, 'Runs'), status),
+    h('div', { class: 'toolbar' },
+      h('input', { type: 'search', placeholder: 'Filter by name, project or tag', 'aria-label': 'Filter runs', value: filters.text,
+        on: { input: (e) => { filters.text = e.target.value.toLowerCase(); draw(); } } }),
+      projectSelect,
+      h('select', { 'aria-label': 'State', on: { change: (e) => { filters.state = e.target.value; draw(); } } },
+        ['', 'running', 'paused', 'stopping', 'stopped'].map((s) => h('option', { value: s, selected: filters.state === s }, s || 'any state')))),
+    content);
+
+  let runs = [];
+  let timer = null;
+  let disposed = false;
+
+  function header(label, key, cls) {
+    const th = h('th', { class: ['sortable', cls], dataset: { sort: key }, tabindex: 0, 'aria-sort': 'none' }, label);
+    const toggle = () => { filters.desc = filters.sort === key ? !filters.desc : key !== 'name' && key !== 'project'; filters.sort = key; draw(); };
+    th.addEventListener('click', toggle);
+    th.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); toggle(); } });
+    return th;
+  }
+
+  function visible() {
+    const key = SORTS[filters.sort];
+    const rows = runs.filter((r) => (!filters.project || r.project === filters.project)
+      && (!filters.state || r.control.state === filters.state)
+      && (!filters.text || [r.name, r.project, ...Object.entries(r.tags || {}).flat()].join(' ').toLowerCase().includes(filters.text)));
+    rows.sort((a, b) => { const x = key(a); const y = key(b); return (x < y ? -1 : x > y ? 1 : 0) * (filters.desc ? -1 : 1); });
+    return rows;
+  }
+
+  function draw() {
+    for (const th of table.querySelectorAll('th[data-sort]')) {
+      th.setAttribute('aria-sort', th.dataset.sort === filters.sort ? (filters.desc ? 'descending' : 'ascending') : 'none');
+    }
+    const projects = [...new Set(runs.map((r) => r.project))].sort();
+    clear(projectSelect, h('option', { value: '' }, 'all projects'),
+      projects.map((p) => h('option', { value: p, selected: p === filters.project }, p)));
+    const rows = visible();
+    clear(body, rows.length ? rows.map(row) : h('tr', {}, h('td', { colspan: 7, class: 'empty' },
+      runs.length ? 'No run matches these filters.' : 'No runs yet. Point a ParityMonitor at this server to see one here.')));
+    status.textContent = `${rows.length} of ${runs.length} run(s) · refreshed ${new Date().toLocaleTimeString()}`;
+  }
+
+  async function load() {
+    try {
+      runs = (await api('/runs')).runs;
+      draw();
+    } catch (err) {
+      clear(content, errorState(err, () => { clear(content, table); load(); }));
+    }
+    if (!disposed) timer = setTimeout(load, REFRESH_MS);
+  }
+
+  load();
+  if ('requestIdleCallback' in window) requestIdleCallback(() => import('./charts.js').then((m) => m.loadPlotly()).catch(() => {}));
+  return () => { disposed = true; clearTimeout(timer); };
+}
+
+function row(run) {
+  const trainers = run.components.filter((c) => c.side === 'trainer');
+  const rollouts = run.components.filter((c) => c.side === 'rollout');
+  const errors = (run.firing_alerts || {}).error > 0;
+  return h('tr', { class: errors ? 'row-alert' : '', dataset: { runId: run.id, runName: run.name } },
+    h('td', {}, h('a', { class: 'run-link', href: `#/runs/${run.id}` }, run.name),
+      h('div', { class: 'muted small show-sm' }, run.project)),
+    h('td', { class: 'hide-sm' }, run.project),
+    h('td', {}, stateBadge(run.control.state)),
+    h('td', { class: 'hide-sm' }, componentsCell(trainers)),
+    h('td', {}, componentsCell(rollouts)),
+    h('td', { class: 'alerts-cell' }, severityBadges(run.firing_alerts)),
+    h('td', { class: 'num' }, fmt(run.last_step)));
+}
+
+function componentsCell(components) {
+  if (!components.length) return h('span', { class: 'muted' }, 'none');
+  const ages = components.map((c) => ageSeconds(c.last_heartbeat));
+  const newest = Math.min(...ages);
+  const stale = ages.filter((a) => a > STALE_S).length;
+  const label = components.length === 1 ? components[0].worker_id : `${components.length} workers`;
+  const freshest = components[ages.indexOf(newest)];
+  return h('div', { class: 'component-cell' },
+    h('span', {}, label),
+    h('span', { class: ['heartbeat', stale ? 'stale' : 'fresh'], title: 'last heartbeat' },
+      `♥ ${ago(freshest.last_heartbeat)}`, stale ? ` · ${stale} stale` : ''));
+}

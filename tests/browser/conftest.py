@@ -1,0 +1,117 @@
+"""Browser-test fixtures: a real `paritywatch serve` on a free port with a temp SQLite DB, Debian's
+headless Chromium driven by Playwright, and an artifacts folder for screenshots."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("PARITYWATCH_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+
+# Records what the page itself cannot hide: CSP violations and uncaught errors.
+WATCH_SCRIPT = """
+window.__csp = []; window.__errors = [];
+document.addEventListener('securitypolicyviolation', e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));
+window.addEventListener('error', e => window.__errors.push(String(e.message)));
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`paritywatch serve` as a subprocess (the same entry point a user runs)."""
+
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.db_url = f"sqlite:///{workdir / 'browser.db'}"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "server.log"
+        exe = Path(sys.executable).with_name("paritywatch")
+        cmd = [str(exe), "serve", "--db", self.db_url, "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server did not become ready")
+
+    def token(self, scope: str, name: str) -> str:
+        out = subprocess.run([str(Path(sys.executable).with_name("paritywatch")), "token", "create", "--db", self.db_url,
+                              "--scope", scope, "--name", name, "--json"], capture_output=True, text=True, check=True)
+        import json
+        return json.loads(out.stdout.strip().splitlines()[-1])["token"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("server"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def new_page(browser, width: int = 1400, height: int = 900):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.add_init_script(WATCH_SCRIPT)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    return page
+
+
+@pytest.fixture
+def page(browser):
+    pg = new_page(browser)
+    yield pg
+    pg.context.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+def page_problems(page) -> dict:
+    return page.evaluate("({csp: window.__csp, errors: window.__errors})")
