@@ -49,6 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         access_log=args.access_log,
+        # Open control long-polls would otherwise hold a SIGTERM for up to a minute.
+        timeout_graceful_shutdown=3,
     )
     return 0
 
@@ -171,11 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(sub) -> None:  # noqa: ANN001
-    try:
-        from trainer_hooks.fingerprint.cli import add_fingerprint_commands
-    except ImportError:
-        return
+    from demo.run import add_demo_command
+    from trainer_hooks.fingerprint.cli import add_fingerprint_commands
+
     add_fingerprint_commands(sub)
+    add_demo_command(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
