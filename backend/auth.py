@@ -58,6 +58,21 @@ def create_token(db: Database, name: str, scopes: list[str]) -> tuple[ApiToken, 
     return row, secret
 
 
+def ensure_bootstrap_token(db: Database, secret: str) -> bool:
+    """Store an operator-chosen admin token (from PARITYWATCH_BOOTSTRAP_TOKEN) once, hashed.
+
+    Lets a fresh container on a public bind start with a known admin token. Returns True when
+    it was created now."""
+    if len(secret) < 24:
+        raise ValueError("PARITYWATCH_BOOTSTRAP_TOKEN must be at least 24 characters")
+    digest = hash_token(secret)
+    with db.write() as s:
+        if s.scalar(select(ApiToken.id).where(ApiToken.token_hash == digest)) is not None:
+            return False
+        s.add(ApiToken(name="bootstrap", token_hash=digest, prefix=secret[:6], scopes="admin"))
+        return True
+
+
 def list_tokens(db: Database) -> list[ApiToken]:
     with db.read() as s:
         return list(s.scalars(select(ApiToken).order_by(ApiToken.id)))

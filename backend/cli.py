@@ -19,7 +19,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from backend import migrate
-    from backend.auth import has_active_tokens
+    from backend.auth import ensure_bootstrap_token, has_active_tokens
     from backend.db import Database
     from backend.main import is_loopback
 
@@ -28,13 +28,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["PARITYWATCH_HOST"] = args.host
     os.environ["PARITYWATCH_PORT"] = str(args.port)
     migrate.upgrade(url)
+    bootstrap = os.environ.get("PARITYWATCH_BOOTSTRAP_TOKEN")
+    if bootstrap:
+        db = Database(url)
+        try:
+            if ensure_bootstrap_token(db, bootstrap):
+                print("created the admin token given in PARITYWATCH_BOOTSTRAP_TOKEN", file=sys.stderr)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            db.dispose()
     if not is_loopback(args.host):
         db = Database(url)
         try:
             if not has_active_tokens(db):
                 print(
                     f"refusing to serve on {args.host} without API tokens: anyone who can reach it could "
-                    "pause your runs.\nCreate one first: paritywatch token create --scope admin --name me",
+                    "pause your runs.\nCreate one first (paritywatch token create --scope admin --name me) "
+                    "or set PARITYWATCH_BOOTSTRAP_TOKEN.",
                     file=sys.stderr,
                 )
                 return 2
