@@ -6,14 +6,21 @@ PostgreSQL: a normal pool; concurrency is the server's job.
 """
 from __future__ import annotations
 
+import logging
+import queue
 import threading
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger("paritywatch.db")
+GROUP_MAX = 64  # most jobs one group-commit transaction takes
+CHECKPOINT_EVERY_S = 0.2  # SQLite group writer: WAL checkpoint cadence while there are commits
 
 
 def normalise_url(url: str) -> str:
@@ -76,6 +83,8 @@ class Database:
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
+        self._group: _GroupWriter | None = None
+        self._group_init = threading.Lock()
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -94,5 +103,162 @@ class Database:
                 session.connection(execution_options={"sqlite_begin": "IMMEDIATE"})
                 yield session
 
+    def run_raw(self, job: Callable[[Any], Any]) -> Any:
+        """Run `job(cursor)` on a driver cursor in a transaction of its own, all or nothing, and
+        return its result once committed (its exception, with nothing written, if it raised).
+
+        SQLite: jobs go to one writer thread that commits several per transaction (group commit),
+        each inside its own SAVEPOINT, so a failing job rolls back alone and never poisons others.
+        PostgreSQL: a plain transaction on a pooled connection in the calling thread.
+        """
+        if self._write_lock is None:
+            conn = self.engine.raw_connection()
+            try:
+                cur = conn.cursor()
+                try:
+                    result = job(cur)
+                    conn.commit()
+                    return result
+                except BaseException:
+                    conn.rollback()
+                    raise
+                finally:
+                    cur.close()
+            finally:
+                conn.close()
+        group = self._group
+        if group is None:
+            with self._group_init:
+                if self._group is None:
+                    self._group = _GroupWriter(self)
+                group = self._group
+        return group.submit(job)
+
     def dispose(self) -> None:
+        if self._group is not None:
+            self._group.stop()
+            self._group = None
         self.engine.dispose()
+
+
+class _GroupWriter:
+    """SQLite group commit: one thread drains queued jobs, up to GROUP_MAX a transaction, holding
+    the process's write lock (so ORM writers in this process queue behind it as before)."""
+
+    def __init__(self, db: Database):
+        self.db = db
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="paritywatch-group-commit", daemon=True)
+        # WAL checkpoints (which fsync the database file) run beside the writer, not inside its
+        # commits: its connection has auto-checkpoint off, this thread checkpoints (PASSIVE: never
+        # blocks the writer or readers) whenever there were commits. Other connections keep
+        # SQLite's default auto-checkpoint.
+        self._dirty = threading.Event()
+        self._stopping = threading.Event()
+        self.checkpointer = threading.Thread(target=self._checkpoint_loop, name="paritywatch-checkpoint", daemon=True)
+        self.thread.start()
+        self.checkpointer.start()
+
+    def _checkpoint_loop(self) -> None:
+        conn = None
+        while not self._stopping.is_set():
+            self._dirty.wait(1.0)
+            if self._stopping.wait(CHECKPOINT_EVERY_S) or not self._dirty.is_set():
+                continue
+            self._dirty.clear()
+            try:
+                if conn is None:
+                    conn = self.db.engine.raw_connection()
+                conn.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except Exception:
+                log.warning("WAL checkpoint failed", exc_info=True)
+                if conn is not None:
+                    conn.invalidate()
+                    conn = None
+        if conn is not None:
+            conn.close()
+
+    def submit(self, job: Callable[[Any], Any]) -> Any:
+        fut: Future = Future()
+        self.jobs.put((job, fut))
+        return fut.result()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(timeout=10)
+        self._stopping.set()
+        self._dirty.set()
+        self.checkpointer.join(timeout=10)
+
+    def _loop(self) -> None:
+        conn = None
+        stopping = False
+        while not stopping:
+            item = self.jobs.get()
+            if item is None:
+                break
+            batch = [item]
+            while len(batch) < GROUP_MAX:
+                try:
+                    item = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            try:
+                if conn is None:
+                    conn = self.db.engine.raw_connection()
+                    conn.cursor().execute("PRAGMA wal_autocheckpoint=0").fetchall()
+                self._run_group(conn, batch)
+                self._dirty.set()
+            except BaseException as exc:  # connection-level trouble: fail this group, start afresh
+                log.warning("group commit failed", exc_info=True)
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                if conn is not None:
+                    try:
+                        conn.invalidate()
+                    except Exception:
+                        pass
+                    conn = None
+        if conn is not None:
+            conn.cursor().execute("PRAGMA wal_autocheckpoint=1000").fetchall()  # back to the default
+            conn.close()
+        while True:  # anything queued after stop() fails rather than hangs
+            try:
+                item = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[1].set_exception(RuntimeError("database is closed"))
+
+    def _run_group(self, conn, batch: list) -> None:  # noqa: ANN001
+        outcomes: list = []
+        cur = conn.cursor()
+        try:
+            with self.db._write_lock:
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    for job, fut in batch:
+                        cur.execute("SAVEPOINT pw_job")
+                        try:
+                            outcomes.append((fut, True, job(cur)))
+                        except Exception as exc:  # this job only: undo its statements
+                            cur.execute("ROLLBACK TO pw_job")
+                            outcomes.append((fut, False, exc))
+                        cur.execute("RELEASE pw_job")
+                    cur.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        cur.execute("ROLLBACK")
+                    raise
+        finally:
+            cur.close()
+        for fut, ok, value in outcomes:  # answered only once committed
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)

@@ -12,6 +12,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -132,14 +133,24 @@ class MetricKey(Base):
     last_value: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
-class MetricPoint(Base):
-    __tablename__ = "metric_points"
-    __table_args__ = (Index("ix_metric_points_series_step", "series_id", "step"),)
+class MetricChunk(Base):
+    """Raw points of one series from one batch, packed: `steps` (int64, little-endian) and `vals`
+    (float64, little-endian), sorted by step, all inside one window of 2**12 steps (so a read of
+    [a, b) only looks at chunks with step_min in [a rounded down to the window, b)). One row per
+    series per batch instead of one per point. (Not WITHOUT ROWID on SQLite: rows of ~1 KB make
+    that B-tree split often; a rowid table appends and the primary-key index stays small.)"""
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    series_id: Mapped[int] = mapped_column(ForeignKey("metric_keys.id", ondelete="CASCADE"))
-    step: Mapped[int] = mapped_column(BigInteger)
-    value: Mapped[float] = mapped_column(Float)
+    __tablename__ = "metric_chunks"
+
+    series_id: Mapped[int] = mapped_column(
+        ForeignKey("metric_keys.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    step_min: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    batch_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    step_max: Mapped[int] = mapped_column(BigInteger)
+    count: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[bytes] = mapped_column(LargeBinary)
+    vals: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class MetricRollup(Base):

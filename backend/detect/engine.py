@@ -11,14 +11,14 @@ import time
 from datetime import timedelta
 from typing import Callable
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from backend.alerts import lifecycle
 from backend.db import Database
 from backend.detect import rules as rule_logic
 from backend.detect.parity import compute_parity, differing_components
-from backend.models import Component, MetricKey, MetricPoint, Rule, RuleState, Run, utcnow
+from backend.models import Component, MetricKey, Rule, RuleState, Run, utcnow
 from backend.settings import Settings
 from backend.store import control as control_store
 from backend.store import fingerprints as fp_store
@@ -198,9 +198,13 @@ def _aggregate(s, run_id: int, rule: Rule) -> tuple[float | None, int | None]:  
     if rule.aggregate == "last":
         return mk.last_value, mk.last_step
     lo = mk.last_step - max(1, rule.window) + 1
-    fn = {"mean": func.avg, "max": func.max, "min": func.min}[rule.aggregate]
-    value = s.scalar(select(fn(MetricPoint.value)).where(MetricPoint.series_id == mk.id, MetricPoint.step >= lo))
-    return (float(value) if value is not None else None), mk.last_step
+    from backend.store.metrics import read_raw  # raw points are packed chunks: decode the window's
+
+    _, values = read_raw(s, mk.id, lo, None)
+    if not len(values):
+        return None, mk.last_step
+    value = {"mean": values.mean, "max": values.max, "min": values.min}[rule.aggregate]()
+    return float(value), mk.last_step
 
 
 def _act(s, run: Run, action: str, reason: str) -> bool:  # noqa: ANN001

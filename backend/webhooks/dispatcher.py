@@ -75,6 +75,20 @@ class Dispatcher:
             .limit(CLAIM_BATCH)
             .with_for_update(skip_locked=True)
         )
+        # Idle poll: a read (no write lock, no write transaction on SQLite) finds nothing due, the
+        # common case; only then does the claiming write transaction run.
+        probe = (
+            select(WebhookDelivery.id)
+            .where(
+                WebhookDelivery.status == "pending",
+                WebhookDelivery.next_attempt_at <= now,
+                or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now),
+            )
+            .limit(1)
+        )
+        with self.db.read() as s:
+            if s.scalar(probe) is None:
+                return []
         with self.db.write() as s:
             ids = list(s.scalars(due))
             if ids:

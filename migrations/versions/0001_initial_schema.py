@@ -215,17 +215,17 @@ def upgrade() -> None:
     with op.batch_alter_table('delivery_attempts', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_delivery_attempts_delivery_id'), ['delivery_id'], unique=False)
 
-    op.create_table('metric_points',
-    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
-    sa.Column('series_id', sa.Integer(), nullable=False),
-    sa.Column('step', sa.BigInteger(), nullable=False),
-    sa.Column('value', sa.Float(), nullable=False),
+    op.create_table('metric_chunks',
+    sa.Column('series_id', sa.Integer(), autoincrement=False, nullable=False),
+    sa.Column('step_min', sa.BigInteger(), autoincrement=False, nullable=False),
+    sa.Column('batch_id', sa.BigInteger(), autoincrement=False, nullable=False),
+    sa.Column('step_max', sa.BigInteger(), nullable=False),
+    sa.Column('count', sa.Integer(), nullable=False),
+    sa.Column('steps', sa.LargeBinary(), nullable=False),
+    sa.Column('vals', sa.LargeBinary(), nullable=False),
     sa.ForeignKeyConstraint(['series_id'], ['metric_keys.id'], ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id')
+    sa.PrimaryKeyConstraint('series_id', 'step_min', 'batch_id')
     )
-    with op.batch_alter_table('metric_points', schema=None) as batch_op:
-        batch_op.create_index('ix_metric_points_series_step', ['series_id', 'step'], unique=False)
-
     op.create_table('metric_rollups',
     sa.Column('series_id', sa.Integer(), nullable=False),
     sa.Column('level', sa.Integer(), nullable=False),
@@ -252,10 +252,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table('rule_states')
     op.drop_table('metric_rollups')
-    with op.batch_alter_table('metric_points', schema=None) as batch_op:
-        batch_op.drop_index('ix_metric_points_series_step')
-
-    op.drop_table('metric_points')
+    op.drop_table('metric_chunks')
     with op.batch_alter_table('delivery_attempts', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_delivery_attempts_delivery_id'))
 

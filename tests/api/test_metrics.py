@@ -3,7 +3,7 @@ import random
 import pytest
 from sqlalchemy import func, select
 
-from backend.models import IngestBatch, MetricKey, MetricPoint, MetricRollup
+from backend.models import IngestBatch, MetricChunk, MetricKey, MetricRollup
 from tests.api.conftest import new_run
 
 
@@ -19,6 +19,12 @@ def count_rows(app, model) -> int:  # noqa: ANN001
         return s.scalar(select(func.count()).select_from(model))
 
 
+def count_points(app) -> int:  # noqa: ANN001
+    """Raw points stored (they are packed in chunks: the sum of the chunks' counts)."""
+    with app.state.db.read() as s:
+        return int(s.scalar(select(func.coalesce(func.sum(MetricChunk.count), 0))))
+
+
 def test_same_batch_twice_is_stored_once(client, app):
     run = new_run(client)
     body = ([1, 2, 3], {"loss": [1.0, 0.5, 0.25], "align/kl_k3": [0.0, 0.001, 0.002]})
@@ -26,7 +32,7 @@ def test_same_batch_twice_is_stored_once(client, app):
     again = post(client, run["id"], 7, *body).json()
     assert first == {"accepted": 6, "skipped_nonfinite": 0, "duplicate": False}
     assert again["duplicate"] is True and again["accepted"] == 0
-    assert count_rows(app, MetricPoint) == 6
+    assert count_points(app) == 6 and count_rows(app, MetricChunk) == 2
     keys = {k["key"]: k for k in client.get(f"/api/v1/runs/{run['id']}/metrics").json()["keys"]}
     assert keys["loss"]["count"] == 3 and keys["loss"]["last_value"] == 0.25
 
@@ -38,7 +44,7 @@ def test_rejected_batch_leaves_no_rows(client, app):
     assert r.status_code == 422 and "short" in r.json()["error"]["message"]
     r = post(client, run["id"], 2, [1, 2], {"ok": [1.0, 2.0], "x" * 201: [1.0, 2.0]})
     assert r.status_code == 422
-    for model in (MetricPoint, MetricKey, MetricRollup, IngestBatch):
+    for model in (MetricChunk, MetricKey, MetricRollup, IngestBatch):
         assert count_rows(app, model) == 0, model
     # and the refused (client, seq) was not burned: the corrected batch is accepted
     assert post(client, run["id"], 1, [1, 2], {"ok": [1.0, 2.0]}).json()["accepted"] == 2
@@ -63,7 +69,7 @@ def test_limits(client, app):
     big = client.post(f"/api/v1/runs/{run['id']}/metrics", content=b"[" + b"1," * 2_000_000 + b"1]",
                       headers={"content-type": "application/json"})
     assert big.status_code == 413
-    assert count_rows(app, MetricPoint) == 0
+    assert count_points(app) == 0 and count_rows(app, MetricChunk) == 0
     assert post(client, 999, 1, [1], {"x": [1.0]}).status_code == 404
 
 
@@ -116,3 +122,66 @@ def test_series_of_unknown_key_is_404(client):
     run = new_run(client)
     r = client.get(f"/api/v1/runs/{run['id']}/series", params={"key": "nope"})
     assert r.status_code == 404
+
+
+def test_concurrent_batches_commit_independently(client, app):
+    """Batches written together (SQLite group commit) still succeed or fail one by one."""
+    import threading
+
+    from backend.errors import NotFound
+    from backend.store.metrics import prepare_batch
+
+    run = new_run(client)
+    store = app.state.metrics
+    results: dict = {}
+
+    def send(i: int) -> None:
+        run_id = run["id"] if i % 3 else 999_999  # every third batch: a run that does not exist
+        batch = prepare_batch([i * 10 + j for j in range(10)], {f"k{i % 4}": [float(j) for j in range(10)]}, 1000, 200)
+        try:
+            results[i] = store.ingest(run_id, f"c{i % 5}", i, batch)
+        except NotFound:
+            results[i] = "404"
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(i for i, r in results.items() if r == "404") == [i for i in range(60) if i % 3 == 0]
+    stored = [i for i, r in results.items() if r is True]
+    assert len(stored) == 40
+    assert count_points(app) == 400 and count_rows(app, IngestBatch) == 40
+    # a replay of any of them stores nothing
+    again = prepare_batch([1], {"k0": [1.0]}, 1000, 200)
+    assert store.ingest(run["id"], "c1", 1, again) is False
+    assert count_points(app) == 400
+
+
+def test_unsorted_and_overlapping_batches_read_back_exactly(client):
+    run = new_run(client)
+    rng = random.Random(1)
+    points = {}
+    batches = []
+    for b in range(12):  # unsorted steps, spanning chunk windows, later batches overwrite no step
+        steps = rng.sample(range(b * 3000, b * 3000 + 9000), 400)
+        steps = [s for s in steps if s not in points][:300]
+        vals = [rng.uniform(-1, 1) for _ in steps]
+        points.update(zip(steps, vals))
+        batches.append((steps, vals))
+    for seq, (steps, vals) in enumerate(reversed(batches)):
+        assert post(client, run["id"], seq, steps, {"s": vals}).status_code == 200
+    pts = sorted(points.items())
+    for lo, hi, n in [(None, None, 20_000), (4_095, 4_097, 10), (100, 30_000, 333)]:
+        params = {"key": "s", "points": n}
+        if lo is not None:
+            params.update(step_min=lo, step_max=hi)
+        got = client.get(f"/api/v1/runs/{run['id']}/series", params=params).json()
+        lo_, hi_ = (pts[0][0], pts[-1][0]) if lo is None else (lo, hi)
+        in_range = [(s, v) for s, v in pts if lo_ <= s <= hi_]
+        expected = sorted(brute_force(in_range, lo_, got["bucket_width"], got["origin"]).items())
+        b = got["buckets"]
+        assert [e[1][4] for e in expected] == b["count"]
+        assert [e[1][0] for e in expected] == b["min"]
+        assert [e[1][1] for e in expected] == b["max"]
+        assert [e[1][3] for e in expected] == b["last"]
