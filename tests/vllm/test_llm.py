@@ -1,0 +1,135 @@
+"""An in-process ``vllm.LLM``: registration and RequestOutput conversion with real log-probs."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.vllm.conftest import GENERATION_CONFIG, dump
+from trainer_hooks.alignment import compute_alignment_metrics
+from trainer_hooks.fingerprint import diff_fingerprints, fingerprint_processor
+from trainer_hooks.integrations.vllm import llm_generation_config, records_from_request_outputs, register_llm
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is 2 + 2?"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello world!"}],
+    [{"role": "user", "content": "Café naïve — 中文 👋"}],
+]
+
+
+class CapturingMonitor:
+    def __init__(self):
+        self.registered = []
+
+    def register_processor(self, processor, generation_config=None):  # noqa: ANN001
+        self.registered.append((processor, generation_config))
+        return fingerprint_processor(processor, generation_config)
+
+
+def test_generation_config_is_what_the_engine_applies(llm, hf_tokenizer):
+    gen = llm_generation_config(llm)
+    eos = hf_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad = hf_tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert sorted(gen["eos_token_id"]) == sorted([eos, pad])
+    assert {k: gen[k] for k in GENERATION_CONFIG} == GENERATION_CONFIG
+    # the same defaults vLLM itself applies to a request without sampling params
+    defaults = llm.get_default_sampling_params()
+    assert defaults.temperature == GENERATION_CONFIG["temperature"] and defaults.top_k == GENERATION_CONFIG["top_k"]
+
+
+def test_register_llm_matches_the_transformers_fingerprint(llm, hf_tokenizer, hf_generation_config):
+    monitor = CapturingMonitor()
+    fp_vllm = register_llm(monitor, llm)
+    processor, _ = monitor.registered[0]
+    assert processor is llm.get_tokenizer()  # vLLM's own (cached, pooled) tokenizer wrapper
+    fp_hf = fingerprint_processor(hf_tokenizer, hf_generation_config)
+    diff = diff_fingerprints(fp_hf, fp_vllm)
+    assert diff["verdict"] in ("same", "info"), dump(diff)
+    for name in ("vocab", "chat_template", "behavior", "generation_eos", "sampling_defaults", "special_tokens"):
+        assert fp_vllm["components"][name]["digest"] == fp_hf["components"][name]["digest"], name
+    assert fp_vllm["components"]["sampling_defaults"]["value"]["temperature"] == 0.7
+
+
+def test_register_llm_sees_another_template_as_an_error(llm, hf_tokenizer, hf_generation_config):
+    import copy
+
+    from tests.fixtures.tokenizers import CUSTOM_TEMPLATE
+
+    trainer = copy.copy(hf_tokenizer)
+    trainer.chat_template = CUSTOM_TEMPLATE  # the user's processing_class (the TRL bug's shape)
+    diff = diff_fingerprints(fingerprint_processor(trainer, hf_generation_config), register_llm(CapturingMonitor(), llm))
+    assert diff["verdict"] == "error"
+    assert {"chat_template", "behavior"} <= {c["name"] for c in diff["components"]}
+
+
+@pytest.fixture(scope="module")
+def chat_outputs(llm):
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=12, logprobs=0, n=2, seed=1234, temperature=1.0)
+    return llm.chat(CONVERSATIONS, params, use_tqdm=False)
+
+
+def test_records_from_request_outputs(chat_outputs, hf_tokenizer):
+    records = records_from_request_outputs(chat_outputs, messages=CONVERSATIONS, policy_version=7)
+    assert len(records) == 2 * len(CONVERSATIONS)  # n=2 completions per request
+    for i, record in enumerate(records):
+        conversation = CONVERSATIONS[i // 2]
+        assert record.messages == conversation
+        rendered = hf_tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        assert record.prompt_ids == hf_tokenizer.encode(rendered, add_special_tokens=False)
+        assert 1 <= len(record.completion_ids) <= 12
+        assert len(record.rollout_logprobs) == len(record.completion_ids)
+        assert all(math.isfinite(v) and v <= 0 for v in record.rollout_logprobs)
+        assert record.finish_reason in ("stop", "length")
+        assert record.policy_version == 7
+        assert record.completion_text == chat_outputs[i // 2].outputs[i % 2].text
+    # the trainer's view of the same batch: nothing misaligned
+    metrics = compute_alignment_metrics(records, hf_tokenizer, trainer_policy_version=9)
+    assert metrics["align/prompt_rerender_mismatch_frac"] == 0.0
+    assert metrics["align/decode_mismatch_frac"] == 0.0
+    assert metrics["align/out_of_vocab_frac"] == 0.0
+    assert metrics["rollout/staleness_mean"] == 2.0
+
+
+def test_rollout_logprobs_are_the_models(chat_outputs, tiny_model_dir):
+    """The sampled token's log-prob from vLLM equals a transformers forward pass of the same ids
+    (temperature 1.0: vLLM returns log-probs of the raw model distribution)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    record = records_from_request_outputs(chat_outputs[:1])[0]
+    ids = torch.tensor([record.prompt_ids + record.completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(record.prompt_ids) - 1:-1]
+    ref = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(record.completion_ids)[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(record.rollout_logprobs), ref, atol=2e-3), (record.rollout_logprobs, ref.tolist())
+    metrics = compute_alignment_metrics([record], None, trainer_logprobs=[ref.tolist()])
+    assert metrics["align/logprob_abs_diff_max"] < 2e-3
+
+
+def test_records_without_logprobs_and_misaligned_messages(llm):
+    from vllm import SamplingParams
+
+    outputs = llm.generate(["Hello world"], SamplingParams(max_tokens=4, seed=0), use_tqdm=False)
+    (record,) = records_from_request_outputs(outputs)
+    assert record.rollout_logprobs is None and record.messages is None and record.policy_version is None
+    with pytest.raises(ValueError, match="conversations"):
+        records_from_request_outputs(outputs, messages=CONVERSATIONS)
+
+
+def test_stop_string_is_not_reported_as_an_eos_stop(llm, hf_tokenizer):
+    from vllm import SamplingParams
+
+    outputs = llm.generate(["Hello world"], SamplingParams(max_tokens=30, seed=3, temperature=1.0), use_tqdm=False)
+    text = outputs[0].outputs[0].text
+    stop = next((ch for ch in text[1:] if ch.strip()), None)
+    if stop is None:
+        pytest.skip("the random model produced no usable stop string")
+    outputs = llm.generate(["Hello world"], SamplingParams(max_tokens=30, seed=3, temperature=1.0, stop=[stop]),
+                           use_tqdm=False)
+    (record,) = records_from_request_outputs(outputs)
+    assert outputs[0].outputs[0].finish_reason == "stop" and outputs[0].outputs[0].stop_reason == stop
+    assert record.finish_reason == "stop_string"
+    assert "align/eos_disagreement_frac" not in compute_alignment_metrics([record], hf_tokenizer)
