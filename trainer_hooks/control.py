@@ -22,8 +22,11 @@ STOP_STATES = frozenset({"stopping", "stopped"})
 class ControlState:
     """The last control state seen, and a condition the training loop can wait on."""
 
-    def __init__(self, *, fail_closed: bool = False) -> None:
+    def __init__(self, *, fail_closed: bool = False, startup_grace_s: float = 5.0) -> None:
         self.fail_closed = fail_closed
+        # A run paused before this process started must hold its very first step too: until the
+        # server's first answer (or the grace runs out: fail-open), "unknown" counts as blocked.
+        self._grace_until = time.monotonic() + startup_grace_s
         self.state = "unknown"
         self.version = 0
         self.reason: str | None = None
@@ -53,11 +56,15 @@ class ControlState:
 
     def set_reachable(self, reachable: bool) -> None:
         with self._cond:
+            if not reachable:
+                self._grace_until = 0.0  # the backend is down: fail-open now, not after the grace
             if self.reachable != reachable:
                 self.reachable = reachable
                 self._cond.notify_all()
 
     def blocked(self) -> bool:
+        if self.state == "unknown" and not self.fail_closed and time.monotonic() < self._grace_until:
+            return True
         return self.state == "paused" or (self.fail_closed and not self.reachable)
 
     def wait_if_paused(self, timeout: float | None = None) -> bool:
@@ -69,6 +76,9 @@ class ControlState:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
+                if self.state == "unknown":  # re-check when the start-up grace ends
+                    grace_left = max(0.0, self._grace_until - time.monotonic())
+                    remaining = grace_left if remaining is None else min(remaining, grace_left)
                 self._cond.wait(remaining)
             return True
 

@@ -126,3 +126,23 @@ def test_env_vars_supply_the_defaults(monkeypatch: pytest.MonkeyPatch, dead_url:
         assert monitor.url == dead_url
         assert (monitor._run_key.name, monitor._run_key.project) == ("from-env", "proj")
         assert monitor._transport_config.token == "secret"
+
+
+def test_unknown_state_holds_the_first_step_briefly_then_fails_open():
+    """A run paused before the process starts must hold step 1 too: until the server first
+    answers, wait_if_paused() waits (bounded by the start-up grace), then fails open."""
+    import time
+
+    from trainer_hooks.control import ControlState
+
+    state = ControlState(startup_grace_s=0.3)
+    t0 = time.monotonic()
+    assert state.wait_if_paused() is True
+    assert time.monotonic() - t0 >= 0.25
+    paused = ControlState(startup_grace_s=5.0)
+    paused.observe({"state": "paused", "version": 2})
+    assert paused.wait_if_paused(timeout=0.2) is False
+    down = ControlState(startup_grace_s=5.0)
+    down.set_reachable(False)  # backend unreachable: fail-open at once
+    t0 = time.monotonic()
+    assert down.wait_if_paused() is True and time.monotonic() - t0 < 0.1
