@@ -8,7 +8,7 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
@@ -114,7 +114,7 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
         docs_url="/api/docs",
         redoc_url=None,
         generate_unique_id_function=_operation_id,
-        responses={422: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+        responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 422)},
     )
     app.state.settings = settings
     app.state.db = db
@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
     for module in (runs, components, metrics, control, parity, alerts, rules, webhooks, meta):
         api.include_router(module.router)
     app.include_router(api)
+    _add_api_fallback(app)
     _add_health(app)
     add_prometheus(app)
     if settings.serve_dashboard:
@@ -142,6 +143,30 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     return app
+
+
+def _add_api_fallback(app: FastAPI) -> None:
+    """Unknown API paths and wrong methods get the JSON error shape (404 / 405 with Allow)
+    instead of falling through to the dashboard's static files."""
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
+
+    @app.api_route("/api/{rest:path}", methods=methods, include_in_schema=False)
+    def api_fallback(request: Request):
+        allowed = [m for m in methods if _matches_fully(app, {**request.scope, "method": m})]
+        if allowed:
+            return error_response(405, f"{request.method} is not allowed here", headers={"Allow": ", ".join(allowed)})
+        return error_response(404, f"no API endpoint {request.url.path}")
+
+
+def _matches_fully(app: FastAPI, scope: dict) -> bool:
+    from starlette.routing import Match, Mount
+
+    for route in app.router.routes:
+        if isinstance(route, Mount) or getattr(route, "path", None) == "/api/{rest:path}":
+            continue
+        if route.matches(scope)[0] == Match.FULL:
+            return True
+    return False
 
 
 def _add_health(app: FastAPI) -> None:

@@ -77,9 +77,10 @@ MAX_STEP = 2**53
 
 
 class MetricBatch(BaseModel):
-    """Columnar batch: every list in `series` is aligned with `steps`."""
+    """Columnar batch: every list in `series` is aligned with `steps`. Strict: "1" or true is
+    not a step, "1.0" is not a value (JSON numbers only; NaN/Infinity are skipped)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     client_id: str = Field(min_length=1, max_length=64)
     seq: int = Field(ge=0, le=2**62)
     component_id: int | None = None

@@ -30,7 +30,8 @@ def postgresql_url():
     if PG_ADMIN_URL == "skip":
         pytest.skip("PostgreSQL tests disabled by PARITYWATCH_TEST_PG_URL=skip")
     name = f"paritywatch_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    # pre_ping: a fault test restarts PostgreSQL mid-session; the DROP at the end must still work.
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"

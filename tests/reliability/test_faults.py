@@ -1,0 +1,158 @@
+"""Faults: the backend SIGKILLed and restarted under logging monitors, PostgreSQL restarted under a
+live backend, a webhook receiver refusing connections for a while. Nothing acknowledged is lost,
+nothing is doubled, and everything recovers by itself."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from tests.support.live import ProcessServer, free_port, wait_for
+from trainer_hooks.monitor import ParityMonitor
+
+FAST_WEBHOOKS = {"PARITYWATCH_ALLOW_LOOPBACK_WEBHOOKS": "1", "PARITYWATCH_WEBHOOK_BACKOFF_BASE_S": "0.2",
+                 "PARITYWATCH_WEBHOOK_BACKOFF_CAP_S": "1.0", "PARITYWATCH_WEBHOOK_POLL_INTERVAL_S": "0.1",
+                 "PARITYWATCH_WEBHOOK_TIMEOUT_S": "2"}
+
+
+def counts(url: str, run_id: int) -> dict[str, int]:
+    r = httpx.get(f"{url}/api/v1/runs/{run_id}/metrics", timeout=10)
+    r.raise_for_status()
+    return {k["key"]: k["count"] for k in r.json()["keys"]}
+
+
+def log_steps(monitors: list[ParityMonitor], steps: int, pause_s: float) -> None:
+    for step in range(steps):
+        for i, m in enumerate(monitors):
+            m.log({"loss": 1.0 / (step + 1), f"worker{i}/reward": float(step)}, step)
+        time.sleep(pause_s)
+
+
+def test_backend_sigkilled_mid_run_loses_and_doubles_nothing(db_url, tmp_path) -> None:  # noqa: ANN001
+    server = ProcessServer(db_url).start()
+    try:
+        monitors = [ParityMonitor("kill", side="rollout" if i else "trainer", url=server.url, worker_id=f"w{i}",
+                                  spool_dir=tmp_path / f"spool{i}", flush_interval_s=0.2, max_backoff_s=1.0,
+                                  request_timeout_s=2.0) for i in range(4)]
+        logger = threading.Thread(target=log_steps, args=(monitors, 1500, 0.004))
+        logger.start()
+        time.sleep(1.5)
+        server.stop(signal.SIGKILL)  # mid-run, mid-request: no shutdown of any kind
+        time.sleep(2.0)
+        server.start()
+        logger.join()
+        for m in monitors:
+            assert m.flush(60.0), m.stats()
+        stats = [m.stats() for m in monitors]
+        for m in monitors:
+            m.close()
+        run_id = httpx.post(server.url + "/api/v1/runs", json={"name": "kill"}).json()["id"]
+        got = counts(server.url, run_id)
+        # Exactly once: four monitors log "loss" at the same steps, each point is its own.
+        assert got == {"loss": 4 * 1500, **{f"worker{i}/reward": 1500 for i in range(4)}}, (got, stats)
+        assert sum(s["spooled_batches"] for s in stats) > 0, "the kill did not overlap the logging"
+        assert all(s["dropped_points"] == 0 for s in stats), stats
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+class Receiver:
+    """A webhook receiver on a fixed port that can go away (connection refused) and come back."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.ids: list[str] = []
+        self.server: ThreadingHTTPServer | None = None
+
+    def up(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                receiver.ids.append(self.headers["webhook-id"])
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):  # noqa: ANN002
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+def test_webhook_receiver_down_for_a_while(db_url) -> None:  # noqa: ANN001
+    """Deliveries queued while the receiver refuses connections are retried with backoff and each
+    arrives exactly once when it comes back."""
+    receiver = Receiver()
+    with ProcessServer(db_url, env=FAST_WEBHOOKS) as server:
+        api = httpx.Client(base_url=server.url + "/api/v1", timeout=10)
+        hook = api.post("/webhooks", json={"url": receiver.url}).json()
+        queued = [api.post(f"/webhooks/{hook['id']}/test").json()["delivery_id"] for _ in range(10)]
+        time.sleep(8.0)  # down: every attempt is refused
+        deliveries = api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"]
+        assert all(d["status"] == "pending" and d["attempts"] >= 2 for d in deliveries), deliveries
+        queued += [api.post(f"/webhooks/{hook['id']}/test").json()["delivery_id"] for _ in range(5)]
+        receiver.up()
+        try:
+            wait_for(lambda: len(set(receiver.ids)) >= 15, 30)
+            time.sleep(2.0)  # a late duplicate would show up now
+            deliveries = api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"]
+        finally:
+            receiver.down()
+    assert len(queued) == 15
+    assert Counter(receiver.ids).most_common(1)[0][1] == 1, "a delivery arrived twice"
+    assert len(receiver.ids) == 15
+    assert {d["status"] for d in deliveries} == {"delivered"}
+    assert {d["event_id"] for d in deliveries} == set(receiver.ids)
+
+
+def _restart_postgres() -> None:
+    version = sorted(p.name for p in __import__("pathlib").Path("/etc/postgresql").iterdir())[-1]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
+                   timeout=60, capture_output=True)
+
+
+@pytest.mark.postgres
+def test_postgres_restart_backend_recovers_by_itself(postgresql_url, tmp_path) -> None:  # noqa: ANN001
+    from tests.conftest import _empty_all_tables
+
+    _empty_all_tables(postgresql_url)
+    receiver = Receiver()
+    receiver.up()
+    with ProcessServer(postgresql_url, env=FAST_WEBHOOKS) as server:
+        api = httpx.Client(base_url=server.url + "/api/v1", timeout=10)
+        hook = api.post("/webhooks", json={"url": receiver.url}).json()
+        monitor = ParityMonitor("pg-restart", url=server.url, spool_dir=tmp_path / "spool", flush_interval_s=0.2,
+                                max_backoff_s=1.0, request_timeout_s=2.0)
+        logger = threading.Thread(target=log_steps, args=([monitor], 1500, 0.004))
+        logger.start()
+        time.sleep(1.0)
+        _restart_postgres()
+        logger.join()
+        try:
+            assert monitor.flush(60.0), monitor.stats()
+            run_id = api.post("/runs", json={"name": "pg-restart"}).json()["id"]
+            assert counts(server.url, run_id) == {"loss": 1500, "worker0/reward": 1500}
+            # The dispatcher, whose pooled connections all died, delivers again without a restart.
+            api.post(f"/webhooks/{hook['id']}/test")
+            wait_for(lambda: len(receiver.ids) >= 1, 20)
+        finally:
+            monitor.close()
+            receiver.down()
+        assert server.proc.poll() is None, "the backend died with the database"
