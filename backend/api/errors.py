@@ -7,7 +7,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
-from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.errors import ParitywatchError
@@ -67,18 +66,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RecursionError)
     async def _too_deep(_: Request, exc: RecursionError):
         return error_response(400, "JSON nested too deeply")
-
-    @app.exception_handler(OverflowError)
-    async def _overflow(_: Request, exc: OverflowError):
-        # An id or number the database's 64-bit integers cannot hold (SQLite raises this).
-        return error_response(422, "a number in the request is out of range (ids are 64-bit integers)")
-
-    @app.exception_handler(DataError)
-    async def _data(_: Request, exc: DataError):
-        # The database refused a value (out-of-range number, text it cannot store); the write
-        # transaction has rolled back whole.
-        log.info("database refused a value: %s", exc.orig)
-        return error_response(422, "a value in the request cannot be stored (out of range or invalid text)")
 
     @app.exception_handler(OverflowError)
     async def _overflow(_: Request, exc: OverflowError):
