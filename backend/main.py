@@ -135,11 +135,13 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
     for module in (runs, components, metrics, control, parity, alerts, rules, webhooks, meta):
         api.include_router(module.router)
     app.include_router(api)
-    _add_api_fallback(app)
     _add_health(app)
     add_prometheus(app)
     if settings.serve_dashboard:
-        _mount_dashboard(app)
+        _add_dashboard_routes(app)
+    _add_api_fallback(app)  # after every API route, before the static mount
+    if settings.serve_dashboard:
+        _mount_static(app)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     return app
@@ -181,7 +183,7 @@ def _add_health(app: FastAPI) -> None:
         )
 
 
-def _mount_dashboard(app: FastAPI) -> None:
+def _add_dashboard_routes(app: FastAPI) -> None:
     import plotly
 
     plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -194,6 +196,8 @@ def _mount_dashboard(app: FastAPI) -> None:
     def ui_config() -> dict:
         return {"plotly_url": f"/vendor/plotly-{plotly.__version__}.min.js", "version": app.version}
 
+
+def _mount_static(app: FastAPI) -> None:
     if FRONTEND_DIR.is_dir():
         app.mount("/", StaticFiles(directory=FRONTEND_DIR, html=True), name="dashboard")
     else:  # pragma: no cover - an installed wheel without the dashboard

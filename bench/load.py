@@ -107,6 +107,25 @@ async def _post_loop(p: Poster, url: str, run_id: int, token: str | None, until:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
+def _run_in_own_thread(coro_fn) -> None:  # noqa: ANN001
+    """asyncio.run() in a fresh thread: works even when the caller's thread runs an event loop."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(coro_fn())
+        except BaseException as exc:  # re-raised in the caller
+            errors.append(exc)
+
+    t = threading.Thread(target=target, name="load-driver")
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+
+
 def drive(url: str, run_id: int, workers: int, duration: float, points_per_post: int,
           token: str | None = None, warmup: float = 2.0) -> dict:
     """Run `workers` rollout posters + 1 trainer for `duration` s; returns figures (not yet verified)."""
@@ -121,7 +140,7 @@ def drive(url: str, run_id: int, workers: int, duration: float, points_per_post:
     async def main() -> None:
         await asyncio.gather(*(_post_loop(p, url, run_id, token, until, 1.0, record_after) for p in posters))
 
-    asyncio.run(main())
+    _run_in_own_thread(main)
     wall = time.monotonic() - start
     lat = [x for p in posters for x in p.latencies_ms]
     acked: dict[str, int] = {}

@@ -72,7 +72,7 @@ def test_backend_start_command_runs_against_local_postgresql(tmp_path):
     argv = [a if a != "8321" else str(port) for a in backend["command"]]
     exe = Path(sys.executable).parent / argv[0]
     proc = subprocess.Popen([str(exe), *argv[1:]], cwd=tmp_path, env={**os.environ, **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, 60)

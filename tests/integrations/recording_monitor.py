@@ -23,6 +23,9 @@ class RecordingMonitor:
         self.resumed_at: float | None = None
         self.closed = False
         self.stop_after_step: int | None = None  # simulate a "stop" arriving with the log of this step
+        # resume this long after the first wait that finds the run paused (independent of how
+        # long the trainer's set-up takes on a loaded machine)
+        self.resume_after_first_wait_s: float | None = None
         self._running = threading.Event()
         self._running.set()
         self._stop = False
@@ -49,6 +52,9 @@ class RecordingMonitor:
 
     def wait_if_paused(self, timeout: float | None = None) -> bool:
         start = time.monotonic()
+        if self.resume_after_first_wait_s is not None and not self._running.is_set():
+            threading.Timer(self.resume_after_first_wait_s, self.resume).start()
+            self.resume_after_first_wait_s = None
         resumed = self._running.wait(timeout)
         self.wait_ends.append(time.monotonic())
         self.waits.append(self.wait_ends[-1] - start)

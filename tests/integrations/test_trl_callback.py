@@ -219,7 +219,7 @@ def test_grpo_trainer_run_registers_forwards_pauses_and_stops(tiny_qwen2, qwen_t
     monitor = RecordingMonitor()
     monitor.pause()  # paused before the first step: the trainer must wait
     monitor.stop_after_step = 1  # a stop arrives with step 1's metrics: step 2 runs, saves, and training ends
-    resumer = threading.Timer(1.0, monitor.resume)
+    monitor.resume_after_first_wait_s = 1.0
     args = GRPOConfig(
         output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, num_generations=4,
         max_completion_length=8, beta=0.04, learning_rate=1e-4, logging_steps=1, save_strategy="no",
@@ -229,7 +229,6 @@ def test_grpo_trainer_run_registers_forwards_pauses_and_stops(tiny_qwen2, qwen_t
         model=tiny_qwen2, reward_funcs=trivial_reward, args=args, processing_class=qwen_tokenizer,
         train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * 4]), callbacks=[ParityCallback(monitor)],
     )
-    resumer.start()
     trainer.train()
 
     processor, generation_config = monitor.processors[0]

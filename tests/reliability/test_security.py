@@ -76,6 +76,8 @@ def _routes(app) -> set[tuple[str, str]]:  # noqa: ANN001
 
     def walk(routes, prefix: str) -> None:  # noqa: ANN001
         for route in routes:
+            if isinstance(route, Route) and route.path == "/api/{rest:path}":
+                continue  # the 404/405 fallback for unknown API paths: no endpoint of its own
             if isinstance(route, Route):  # APIRoute and the plain routes (openapi, docs)
                 path = (prefix + route.path).replace(_plotly_version(), "{version}")
                 out.update((m, path) for m in route.methods or () if m != "HEAD")

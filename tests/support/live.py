@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,7 +77,10 @@ class ProcessServer:
     def start(self) -> "ProcessServer":
         cmd = [sys.executable, "-m", "backend.cli", "serve", "--db", self.db_url, "--port", str(self.port),
                "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stderr to a file: a PIPE nobody reads fills up and blocks the server mid-request.
+        self.log_path = Path(tempfile.gettempdir()) / f"paritywatch-test-server-{self.port}.log"
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         wait_healthy(self.url, 60)
         return self
 
@@ -88,6 +92,9 @@ class ProcessServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+            self._log = None
 
     def __enter__(self) -> "ProcessServer":
         return self.start()
