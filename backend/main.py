@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
@@ -192,9 +192,21 @@ def _add_dashboard_routes(app: FastAPI) -> None:
     def plotly_bundle() -> FileResponse:
         return FileResponse(plotly_js, media_type="text/javascript", headers={"Cache-Control": "max-age=31536000, immutable"})
 
+    plotly_url = f"/vendor/plotly-{plotly.__version__}.min.js"
+
     @app.get("/api/v1/ui-config", include_in_schema=False)
     def ui_config() -> dict:
-        return {"plotly_url": f"/vendor/plotly-{plotly.__version__}.min.js", "version": app.version}
+        return {"plotly_url": plotly_url, "version": app.version}
+
+    index = FRONTEND_DIR / "index.html"
+    if index.is_file():
+        # The page names the versioned plotly URL so the browser preloads it during HTML parsing.
+        html = index.read_text().replace("%PLOTLY_URL%", plotly_url)
+
+        @app.get("/", include_in_schema=False)
+        @app.get("/index.html", include_in_schema=False)
+        def dashboard_page() -> HTMLResponse:
+            return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
 
 def _mount_static(app: FastAPI) -> None:

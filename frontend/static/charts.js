@@ -9,13 +9,20 @@ const MAX_CONCURRENT = 4;
 const MAX_POINTS = 4000;
 
 let plotlyPromise = null;
-/** plotly.js from the installed plotly package; the URL comes from /ui-config (versioned, cacheable). */
+/** plotly.js from the installed plotly package, at a versioned (immutable) URL. The page's
+ * <link rel=preload> names it, so the 4.7 MB download starts while the HTML is parsed; without it,
+ * the URL comes from /ui-config. */
+function plotlyUrl() {
+  const preload = document.querySelector('link[rel=preload][as=script][href*="/vendor/plotly-"]');
+  return preload ? Promise.resolve(preload.getAttribute('href')) : api('/ui-config').then((cfg) => cfg.plotly_url);
+}
+
 export function loadPlotly() {
   if (window.Plotly) return Promise.resolve(window.Plotly);
   if (!plotlyPromise) {
-    plotlyPromise = api('/ui-config').then((cfg) => new Promise((resolve, reject) => {
+    plotlyPromise = plotlyUrl().then((url) => new Promise((resolve, reject) => {
       const script = document.createElement('script');
-      script.src = cfg.plotly_url;
+      script.src = url;
       script.onload = () => { performance.mark('paritywatch:plotly-ready'); resolve(window.Plotly); };
       script.onerror = () => reject(new Error('plotly.js could not be loaded'));
       document.head.append(script);

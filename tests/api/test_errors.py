@@ -19,3 +19,5 @@ def test_dashboard_routes_and_files_still_answer(client):
     assert client.get(cfg.json()["plotly_url"]).status_code == 200
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    # the versioned plotly bundle is preloaded while the HTML parses
+    assert f'<link rel="preload" as="script" href="{cfg.json()["plotly_url"]}">' in page.text
