@@ -26,6 +26,8 @@ ACCESS: dict[tuple[str, str], str] = {
     ("GET", "/api/docs"): "public",
     ("GET", "/docs/oauth2-redirect"): "public",
     ("GET", "/api/v1/ui-config"): "public",
+    ("GET", "/"): "public",  # the dashboard page (its data needs a token)
+    ("GET", "/index.html"): "public",
     ("GET", "/vendor/plotly-{version}.min.js"): "public",
     ("GET", "/healthz"): "public",
     ("GET", "/metrics"): "read",
