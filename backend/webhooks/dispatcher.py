@@ -21,6 +21,15 @@ log = logging.getLogger("paritywatch.webhooks")
 CLAIM_BATCH = 20
 
 
+def _due(now):  # noqa: ANN001, ANN202
+    """Pending, its next attempt due, and not claimed by a live dispatcher."""
+    return (
+        WebhookDelivery.status == "pending",
+        WebhookDelivery.next_attempt_at <= now,
+        or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now),
+    )
+
+
 class Dispatcher:
     def __init__(self, db: Database, settings: Settings):
         self.db = db
@@ -66,26 +75,14 @@ class Dispatcher:
         until = now + timedelta(seconds=self.settings.webhook_claim_s)
         due = (
             select(WebhookDelivery.id)
-            .where(
-                WebhookDelivery.status == "pending",
-                WebhookDelivery.next_attempt_at <= now,
-                or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now),
-            )
+            .where(*_due(now))
             .order_by(WebhookDelivery.id)
             .limit(CLAIM_BATCH)
             .with_for_update(skip_locked=True)
         )
         # Idle poll: a read (no write lock, no write transaction on SQLite) finds nothing due, the
         # common case; only then does the claiming write transaction run.
-        probe = (
-            select(WebhookDelivery.id)
-            .where(
-                WebhookDelivery.status == "pending",
-                WebhookDelivery.next_attempt_at <= now,
-                or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now),
-            )
-            .limit(1)
-        )
+        probe = select(WebhookDelivery.id).where(*_due(now)).limit(1)
         with self.db.read() as s:
             if s.scalar(probe) is None:
                 return []
