@@ -7,6 +7,12 @@ over a range picks the coarsest width that still gives N buckets, groups those r
 SQL, and takes the ragged edges of the range from the raw chunks, so a 1M-point series reads a
 few thousand rows.
 
+Dense chunks (>= DENSE_CHUNK points, i.e. from big batches) skip the 16-step level: their raw
+rows are already as compact as its roll-ups would be (one row per >= 256 points), and that level
+is ~85% of the roll-up rows a big batch writes. A read at the 16-step level therefore groups the
+level's roll-up rows (the sparse chunks' points) and buckets the dense chunks' raw points; every
+point is counted exactly once, either way.
+
 Ingest does all the arithmetic (validation, packing, roll-up folding, key stats) before it
 touches the database; the write itself is a handful of executemany calls on a driver cursor,
 run through `Database.run_raw` (group commit on SQLite).
@@ -29,6 +35,9 @@ from backend.store.runs import get_run
 ROLLUP_BASE = 16
 ROLLUP_LEVELS = (1, 2, 3, 4)  # bucket width = 16 ** level
 CHUNK_SHIFT = 12  # a chunk's steps all lie in one window [k * 4096, (k + 1) * 4096)
+# A chunk of at least this many points writes no level-1 roll-ups (see the module docstring).
+# Migration 0002 relies on this value: changing it needs a migration that rebuilds level 1.
+DENSE_CHUNK = 256
 _CONTROL = re.compile(r"[\x00-\x1f]")
 STEP_DTYPE, VALUE_DTYPE = np.dtype("<i8"), np.dtype("<f8")
 
@@ -114,26 +123,38 @@ def _fold(keys: list[str], st: np.ndarray, vals: np.ndarray, out: dict[str, KeyR
     # raw chunks: one per window of 2**CHUNK_SHIFT steps
     ws = _group_starts(st >> CHUNK_SHIFT).tolist()
     we = ws[1:] + [n]
+    sparse = np.zeros(n, dtype=bool)  # points of chunks that get level-1 roll-ups
     for a, b in zip(ws, we):
         sb = st[a:b].tobytes()
         smin, smax = step_list[a], step_list[b - 1]
         for kr, row in zip(rows, vals[:, a:b]):
             kr.chunks.append((smin, smax, b - a, sb, row.tobytes()))
-    # roll-ups at every level, folded straight from the points
-    for level in ROLLUP_LEVELS:
-        buckets = st >> (4 * level)
-        starts = _group_starts(buckets)
-        ends = np.append(starts[1:], n) - 1
-        bl = buckets[starts].tolist()
-        cnt = np.diff(np.append(starts, n)).tolist()
-        ls = st[ends].tolist()
-        mins = np.minimum.reduceat(vals, starts, axis=1).tolist()
-        maxs = np.maximum.reduceat(vals, starts, axis=1).tolist()
-        lasts = vals[:, ends].tolist()
-        for kr, mn, mx, lv in zip(rows, mins, maxs, lasts):
-            kr.rollups.extend(zip([level] * len(bl), bl, mn, mx, ls, lv, cnt))
+        if b - a < DENSE_CHUNK:
+            sparse[a:b] = True
+    # roll-ups, folded straight from the points; level 1 from the sparse chunks' points only
+    if bool(sparse.all()):
+        _fold_rollups(rows, 1, st, vals)
+    elif bool(sparse.any()):
+        _fold_rollups(rows, 1, st[sparse], vals[:, sparse])
+    for level in ROLLUP_LEVELS[1:]:
+        _fold_rollups(rows, level, st, vals)
     for k, kr in zip(keys, rows):
         out[k] = kr
+
+
+def _fold_rollups(rows: list[KeyRows], level: int, st: np.ndarray, vals: np.ndarray) -> None:
+    n = len(st)
+    buckets = st >> (4 * level)
+    starts = _group_starts(buckets)
+    ends = np.append(starts[1:], n) - 1
+    bl = buckets[starts].tolist()
+    cnt = np.diff(np.append(starts, n)).tolist()
+    ls = st[ends].tolist()
+    mins = np.minimum.reduceat(vals, starts, axis=1).tolist()
+    maxs = np.maximum.reduceat(vals, starts, axis=1).tolist()
+    lasts = vals[:, ends].tolist()
+    for kr, mn, mx, lv in zip(rows, mins, maxs, lasts):
+        kr.rollups.extend(zip([level] * len(bl), bl, mn, mx, ls, lv, cnt))
 
 
 def _check_key(key: str, max_key: int) -> None:
@@ -157,8 +178,10 @@ def decode_chunks(rows) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     return st, vs
 
 
-def read_raw(s: Session, series_id: int, a: int, b: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Raw points of a series with a <= step < b (b None: no upper bound), sorted by step."""
+def read_raw(s: Session, series_id: int, a: int, b: int | None,
+             dense_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Raw points of a series with a <= step < b (b None: no upper bound), sorted by step;
+    `dense_only`: just those of chunks with >= DENSE_CHUNK points (the ones level 1 leaves out)."""
     window = (max(a, 0) >> CHUNK_SHIFT) << CHUNK_SHIFT
     sql = ("SELECT steps, vals FROM metric_chunks WHERE series_id = :sid AND step_min >= :w "
            "AND step_max >= :a")
@@ -166,6 +189,9 @@ def read_raw(s: Session, series_id: int, a: int, b: int | None) -> tuple[np.ndar
     if b is not None:
         sql += " AND step_min < :b"
         params["b"] = b
+    if dense_only:
+        sql += " AND count >= :dense"
+        params["dense"] = DENSE_CHUNK
     st, vs = decode_chunks(s.execute(text(sql + " ORDER BY batch_id"), params))
     if len(st):
         i = int(np.searchsorted(st, a, "left"))
@@ -334,6 +360,9 @@ class MetricStore:
             _merge(merged, self._raw_query(s, sid, plan, a, b))
         if plan.level:
             _merge(merged, self._rollup_query(s, sid, plan))
+        if plan.level == 1:  # dense chunks have no level-1 roll-ups: bucket their raw points
+            st, vs = read_raw(s, sid, *plan.rollup_range, dense_only=True)
+            _merge(merged, bucket_raw(st, vs, plan.origin, plan.width))
         return merged
 
     def _raw_query(self, s: Session, sid: int, plan: "BucketPlan", a: int, b: int) -> list[tuple]:

@@ -185,3 +185,29 @@ def test_unsorted_and_overlapping_batches_read_back_exactly(client):
         assert [e[1][0] for e in expected] == b["min"]
         assert [e[1][1] for e in expected] == b["max"]
         assert [e[1][3] for e in expected] == b["last"]
+
+
+def test_dense_and_sparse_batches_of_one_series_read_back_exactly(client):
+    """Big batches skip the 16-step roll-ups (their raw chunks stand in); a series mixing them
+    with small batches still counts every point once, at every bucket width."""
+    run = new_run(client)
+    rng = random.Random(3)
+    pts, step = [], 0
+    for seq in range(60):
+        n = rng.choice([1, 5, 60, 255, 256, 1200, 3000])
+        steps = list(range(step, step + n, 2))  # every other step: buckets hold points of two batches
+        vals = [rng.uniform(-3, 3) for _ in steps]
+        assert post(client, run["id"], seq, steps, {"s": vals}).status_code == 200
+        pts += list(zip(steps, vals))
+        step += n - (n // 3) if seq % 4 else n  # some batches interleave with the previous one
+    pts.sort(key=lambda p: p[0])
+    hi = pts[-1][0]
+    for lo, top, n in [(0, hi, 1000), (17, 20_000, 999), (4_000, 9_000, 100), (0, hi, 40), (0, hi, 20_000)]:
+        got = client.get(f"/api/v1/runs/{run['id']}/series",
+                         params={"key": "s", "points": n, "step_min": lo, "step_max": top}).json()
+        in_range = [(s, v) for s, v in pts if lo <= s <= top]
+        expected = sorted(brute_force(in_range, lo, got["bucket_width"], got["origin"]).items())
+        b = got["buckets"]
+        assert [e[1][4] for e in expected] == b["count"], (lo, top, n, got["bucket_width"])
+        assert [e[1][0] for e in expected] == b["min"]
+        assert [e[1][1] for e in expected] == b["max"]
