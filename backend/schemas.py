@@ -139,6 +139,12 @@ class ControlAction(BaseModel):
     actor: str | None = Field(default=None, max_length=200)
 
 
+class StopAcknowledgement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    component_id: int | None = Field(default=None, ge=1, le=2**62, description="The reporting component (names the actor)")
+    reason: str = Field(default="", max_length=2000)
+
+
 class ControlEventOut(BaseModel):
     version: int
     from_state: str

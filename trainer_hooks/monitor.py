@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from .control import ControlPoller, ControlState
 from .spool import Spool
-from .transport import LogOnce, Transport, TransportConfig
+from .transport import LogOnce, Transport, TransportConfig, TransportError
 from .worker import ComponentKey, Registry, RunKey, Worker
 
 log = logging.getLogger("paritywatch")
@@ -308,17 +308,38 @@ class ParityMonitor:
         return self._worker.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> bool:
-        """Flush with a deadline, then stop. Unsent points stay in the spool for a later process."""
+        """Flush with a deadline, then stop. Unsent points stay in the spool for a later process.
+        A trainer closing while its run is `stopping` reports that its loop has ended, and the
+        run becomes `stopped`."""
         if self._closed or not self.enabled:
             return True
         self._closed = True
         try:
             _LIVE.discard(self)
             self._poller.stop()
-            return self._worker.close(timeout)
+            deadline = time.monotonic() + timeout
+            delivered = self._worker.close(timeout)
+            self._acknowledge_stop(max(0.5, deadline - time.monotonic()))
+            return delivered
         except Exception:
             self._internal_errors += 1
             return False
+
+    def _acknowledge_stop(self, timeout: float) -> None:
+        """Only the trainer answers for the run: rollout workers end when it does."""
+        ids = self._registry.own_ids()
+        if self.side != "trainer" or self._control.state != "stopping" or ids is None:
+            return
+        run_id, component_id = ids
+        transport = self._new_transport()
+        try:
+            control = transport.request("POST", f"/runs/{run_id}/control/stopped",
+                                        json={"component_id": component_id}, timeout=timeout)
+            self._control.observe(control)
+        except TransportError as exc:
+            log.warning("paritywatch: could not report that the run stopped (it stays 'stopping'): %s", exc)
+        finally:
+            transport.close()
 
     def stats(self) -> dict[str, Any]:
         """Counters for tests and debugging: sent, spooled, dropped, rejected, errors."""

@@ -6,7 +6,7 @@ from sqlalchemy import select
 from backend.db import Database
 from backend.errors import Conflict
 from backend.models import ControlEvent, Run, utcnow
-from backend.store.runs import get_run
+from backend.store.runs import get_component, get_run
 
 # action -> (states it may start from, resulting state)
 TRANSITIONS = {
@@ -37,6 +37,22 @@ def apply_action(db: Database, run_id: int, action: str, actor: str | None, reas
         if current not in allowed_from:
             raise Conflict(f"cannot {action} a run that is {current}")
         set_state(s, run, target, actor, reason)
+        return control_of(run)
+
+
+def acknowledge_stop(db: Database, run_id: int, component_id: int | None, actor: str, reason: str) -> dict:
+    """A hook reports that its loop has ended after a stop: `stopping` becomes `stopped`.
+    Idempotent (a second report is a no-op); a run nobody asked to stop is a conflict."""
+    with db.write() as s:
+        run = get_run(s, run_id)
+        if component_id is not None:
+            component = get_component(s, run_id, component_id)
+            actor = f"{component.side} {component.worker_id}"
+        if run.control_state == "stopped":
+            return control_of(run)
+        if run.control_state != "stopping":
+            raise Conflict(f"run {run_id} is {run.control_state}: there is no stop to acknowledge")
+        set_state(s, run, "stopped", actor, reason or "the training loop ended after the stop")
         return control_of(run)
 
 

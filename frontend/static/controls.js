@@ -5,7 +5,7 @@ import { ago, clear, h, modal, stateBadge, when } from './dom.js';
 const ACTIONS = {
   pause: { label: 'Pause', verb: 'Pause', allowed: ['running'], cls: 'warn', help: 'Hooks block at the next step boundary until resumed.' },
   resume: { label: 'Resume', verb: 'Resume', allowed: ['paused'], cls: 'primary', help: 'Training continues from where it blocked.' },
-  stop: { label: 'Stop', verb: 'Stop', allowed: ['running', 'paused'], cls: 'danger', help: 'Hooks report should_stop; the run ends. This cannot be undone.' },
+  stop: { label: 'Stop', verb: 'Stop', allowed: ['running', 'paused'], cls: 'danger', help: 'Hooks report should_stop; the run is "stopping" until the training loop ends, then "stopped". This cannot be undone.' },
 };
 
 /** Ask for a reason, confirm, POST the action. Resolves to the new Control, or null if cancelled. */

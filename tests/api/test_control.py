@@ -1,7 +1,7 @@
 import threading
 import time
 
-from tests.api.conftest import new_run
+from tests.api.conftest import auth, new_run
 
 
 def act(client, rid, action, reason="because"):  # noqa: ANN001
@@ -44,3 +44,29 @@ def test_long_poll_answers_at_once_on_change(client):
     r = client.get(f"/api/v1/runs/{rid}/control/wait", params={"after_version": 1, "timeout": 20})
     assert r.json()["state"] == "paused"
     assert time.monotonic() - t0 < 5
+
+
+def test_a_hook_completes_a_stop_and_only_a_stop(client, tokens):
+    """An ingest token (what hooks carry) may turn `stopping` into `stopped`, naming the component
+    that reported; it cannot acknowledge a stop nobody asked for, and a second report is a no-op."""
+    hook = auth(tokens["ingest"])
+    rid, other = (client.post("/api/v1/runs", headers=hook, json={"name": n}).json()["id"] for n in ("a", "b"))
+    comp = client.post(f"/api/v1/runs/{rid}/components", headers=hook,
+                       json={"side": "trainer", "worker_id": "trainer-0", "host": "h", "pid": 1}).json()
+    r = client.post(f"/api/v1/runs/{rid}/control/stopped", headers=hook, json={"component_id": comp["id"]})
+    assert r.status_code == 409 and "no stop to acknowledge" in r.json()["error"]["message"]
+    assert client.get(f"/api/v1/runs/{rid}/control", headers=hook).json()["state"] == "running"
+
+    r = client.post(f"/api/v1/runs/{rid}/control", headers=auth(tokens["admin"]), json={"action": "stop"})
+    assert r.json()["state"] == "stopping"
+    r = client.post(f"/api/v1/runs/{other}/control/stopped", headers=hook, json={"component_id": comp["id"]})
+    assert r.status_code == 404  # a component of another run names no one here
+    done = client.post(f"/api/v1/runs/{rid}/control/stopped", headers=hook, json={"component_id": comp["id"]})
+    assert done.status_code == 200
+    assert done.json()["state"] == "stopped" and done.json()["actor"] == "trainer trainer-0"
+    again = client.post(f"/api/v1/runs/{rid}/control/stopped", headers=hook, json={})
+    assert again.json()["version"] == done.json()["version"]
+    events = client.get(f"/api/v1/runs/{rid}/control/audit", headers=auth(tokens["read"])).json()["events"]
+    assert [(e["from_state"], e["to_state"]) for e in events][-1] == ("stopping", "stopped")
+    r = client.post(f"/api/v1/runs/{rid}/control", headers=auth(tokens["admin"]), json={"action": "resume"})
+    assert r.status_code == 409  # stopped is final

@@ -130,9 +130,15 @@ def test_pause_blocks_wait_if_paused_resume_releases_and_stop_sets_should_stop(b
 
     backend.post(f"/runs/{run_id}/control", {"action": "stop", "reason": "enough"})
     assert _wait_until(lambda: monitor.should_stop, timeout=5.0)
-    assert monitor.state in ("stopping", "stopped")
+    assert monitor.state == "stopping"
     assert monitor.wait_if_paused(timeout=0.1) is True
-    monitor.close()
+    rollout = ParityMonitor("control", side="rollout", url=backend.url, spool_dir=spool_dir)
+    assert _wait_until(lambda: rollout.state == "stopping", timeout=5.0)
+    rollout.close()  # a rollout worker does not answer for the run
+    assert backend.get(f"/runs/{run_id}/control")["state"] == "stopping"
+    monitor.close()  # the loop ended: the trainer reports it and the stop completes
+    control = backend.get(f"/runs/{run_id}/control")
+    assert control["state"] == "stopped" and control["actor"].startswith("trainer ")
 
 
 def test_a_stop_issued_while_paused_releases_the_loop(backend: Backend, spool_dir: Path) -> None:

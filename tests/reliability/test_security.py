@@ -44,6 +44,7 @@ ACCESS: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/runs/{run_id}/control"): "read|ingest",
     ("GET", "/api/v1/runs/{run_id}/control/wait"): "read|ingest",
     ("POST", "/api/v1/runs/{run_id}/control"): "admin",
+    ("POST", "/api/v1/runs/{run_id}/control/stopped"): "ingest",
     ("GET", "/api/v1/runs/{run_id}/control/audit"): "read",
     ("GET", "/api/v1/runs/{run_id}/parity"): "read",
     ("GET", "/api/v1/runs/{run_id}/alerts"): "read",
@@ -176,6 +177,8 @@ class Fixtures:
             }.get(path, {})
         if path.endswith("/control/wait"):
             url += "?timeout=0"
+        if path.endswith("/control/stopped"):  # only a stopping run has a stop to acknowledge
+            self._ok(self.api.post(f"/runs/{run_id}/control", json={"action": "stop", "reason": "sec"}))
         if path.endswith("/series"):
             self._ok(self.api.post(f"/runs/{run_id}/metrics", json={
                 "client_id": uuid.uuid4().hex, "seq": 0, "steps": [1], "series": {"loss": [1.0]}}))

@@ -5,8 +5,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from backend.api.deps import AdminDep, DbDep, ReadDep, ReadOrIngestDep
-from backend.schemas import ControlAction, ControlAudit, ControlEventOut, ControlOut
+from backend.api.deps import AdminDep, DbDep, IngestDep, ReadDep, ReadOrIngestDep
+from backend.schemas import ControlAction, ControlAudit, ControlEventOut, ControlOut, StopAcknowledgement
 from backend.store import control as control_store
 from backend.store import runs as run_store
 
@@ -37,6 +37,16 @@ async def wait_control(
 def post_control(run_id: int, body: ControlAction, request: Request, db: DbDep, who: AdminDep) -> ControlOut:
     actor = body.actor or who.name
     control = control_store.apply_action(db, run_id, body.action, actor, body.reason)
+    request.app.state.control_watcher.notify(run_id)
+    return ControlOut(**control)
+
+
+@router.post("/stopped", response_model=ControlOut, summary="A hook reports its loop ended after a stop (ingest)")
+def acknowledge_stop(run_id: int, body: StopAcknowledgement, request: Request, db: DbDep,
+                     who: IngestDep) -> ControlOut:
+    """`stopping` -> `stopped`. An ingest token may do this and nothing else with control: it
+    can only complete a stop an admin started."""
+    control = control_store.acknowledge_stop(db, run_id, body.component_id, who.name, body.reason)
     request.app.state.control_watcher.notify(run_id)
     return ControlOut(**control)
 
