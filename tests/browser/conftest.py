@@ -3,14 +3,13 @@ headless Chromium driven by Playwright, and an artifacts folder for screenshots.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.support.live import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("PARITYWATCH_CHROMIUM", "/usr/bin/chromium")
@@ -26,12 +25,6 @@ window.addEventListener('error', e => window.__errors.push(String(e.message)));
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """`paritywatch serve` as a subprocess (the same entry point a user runs)."""
 
@@ -44,20 +37,7 @@ class Server:
         cmd = [str(exe), "serve", "--db", self.db_url, "--port", str(self.port)]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
-        self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("server did not become ready")
+        wait_healthy(self.url, 60, proc=self.proc, log_path=self.log_path)
 
     def token(self, scope: str, name: str) -> str:
         out = subprocess.run([str(Path(sys.executable).with_name("paritywatch")), "token", "create", "--db", self.db_url,

@@ -7,6 +7,7 @@ import time
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tests.browser.conftest import ROOT, new_page, page_problems
 from tests.browser.seed import Seeder, processor_fingerprints, seed_big_run, seed_clean_run, seed_mismatch_run
@@ -76,19 +77,23 @@ def test_mismatch_is_visible_explained_and_one_click_from_pausing(page, server, 
     page.goto(f"{server.url}/#/runs")
     row = page.locator(f"tr[data-run-name='{run['name']}']")
     row.wait_for()
-    assert "error" in row.locator(".alerts-cell").inner_text()
-    assert "32 workers" in row.inner_text() and "ago" in row.inner_text()
+    # expect() retries until the page has rendered it; a bare inner_text() would race the renders.
+    expect(row.locator(".alerts-cell")).to_contain_text("error")
+    expect(row).to_contain_text("32 workers")
+    expect(row).to_contain_text("ago")
     page.screenshot(path=str(screenshots / "runs-list.png"), full_page=True)
 
     row.locator("a.run-link").click()
     page.wait_for_url(re.compile(rf"#/runs/{run['id']}$"))
     banner = page.locator("[data-banner=mismatch]")
     banner.wait_for()
-    assert "Processor mismatch" in banner.inner_text() and "chat_template" in banner.inner_text()
-    assert page.locator(".group-head", has_text="31 workers — same as trainer").count() == 1
+    expect(banner).to_contain_text("Processor mismatch")
+    expect(banner).to_contain_text("chat_template")
+    expect(page.locator(".group-head", has_text="31 workers — same as trainer")).to_have_count(1)
     cell = page.locator("tr[data-component=chat_template] td[data-state=differs]")
-    assert "differs" in cell.inner_text() and cell.get_attribute("data-severity") == "error"
-    assert page.locator("tr[data-component=chat_template] td[data-state=same]").count() == 1  # the 31 good workers
+    expect(cell).to_contain_text("differs")
+    expect(cell).to_have_attribute("data-severity", "error")
+    expect(page.locator("tr[data-component=chat_template] td[data-state=same]")).to_have_count(1)  # the 31 good workers
     page.locator(".alert-item[data-kind=processor_mismatch]").wait_for()
     page.screenshot(path=str(screenshots / "run-mismatch.png"), full_page=False)
 
@@ -97,7 +102,7 @@ def test_mismatch_is_visible_explained_and_one_click_from_pausing(page, server, 
     diff.wait_for()
     rollout_side = diff.locator("td.add").all_inner_texts()
     assert any("<script>window.__pwned = 'script';</script><img src=x onerror=" in t for t in rollout_side), rollout_side
-    assert diff.locator("td.add mark").count() >= 1  # the changed part is highlighted
+    expect(diff.locator("td.add mark")).not_to_have_count(0)  # the changed part is highlighted
     # Special tokens, eos ids and vocab size are explained too.
     dialog = page.locator("dialog[open]")
     assert dialog.locator("details[data-component=generation_eos]").count() == 1
@@ -121,7 +126,7 @@ def test_mismatch_is_visible_explained_and_one_click_from_pausing(page, server, 
         meta = page.locator(".control-meta").inner_text()
         assert "by " in meta and "chat template mismatch on vllm-default-tok" in meta
         assert page.locator(".controls button[data-action=pause]").is_disabled()
-        wait_for(lambda: loop.monitor.state == "paused", timeout=3, what="the hook to see 'paused'")
+        wait_for(lambda: loop.monitor.state == "paused", timeout=10, what="the hook to see 'paused'")
         assert not loop.progressing(1.0), "the hook kept training while paused"
         page.screenshot(path=str(screenshots / "run-paused.png"), full_page=False)
 
@@ -129,7 +134,7 @@ def test_mismatch_is_visible_explained_and_one_click_from_pausing(page, server, 
         page.locator("dialog[open] textarea").fill("fixed the worker's processor")
         page.locator("dialog[open] button[type=submit]").click()
         page.locator(".controls .state[data-state=running]").wait_for()
-        wait_for(lambda: loop.monitor.state == "running", timeout=3, what="the hook to see 'running' again")
+        wait_for(lambda: loop.monitor.state == "running", timeout=10, what="the hook to see 'running' again")
         assert loop.progressing()
     finally:
         loop.close()

@@ -30,9 +30,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
+def wait_healthy(url: str, timeout_s: float = 30.0, proc: subprocess.Popen | None = None,
+                 log_path: Path | None = None) -> None:
+    """Until GET /healthz answers 200. With `proc`: fail at once, with its log's tail, if it exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log_path.read_text()[-2000:] if log_path is not None and log_path.exists() else ""
+            raise RuntimeError(f"server exited with {proc.returncode} before it was healthy: {tail}")
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return
@@ -81,7 +86,7 @@ class ProcessServer:
         self.log_path = Path(tempfile.gettempdir()) / f"paritywatch-test-server-{self.port}.log"
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
-        wait_healthy(self.url, 60)
+        wait_healthy(self.url, 60, proc=self.proc, log_path=self.log_path)
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
