@@ -3,6 +3,7 @@
 SQLite: WAL, a busy timeout, foreign keys, and writers funnelled through one lock per process so
 threads queue in Python instead of failing with "database is locked".
 PostgreSQL: a normal pool; concurrency is the server's job.
+Both: metric batches (`run_raw`) go through one group-commit writer thread per process.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 import queue
 import threading
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -104,28 +105,15 @@ class Database:
                 yield session
 
     def run_raw(self, job: Callable[[Any], Any]) -> Any:
-        """Run `job(cursor)` on a driver cursor in a transaction of its own, all or nothing, and
-        return its result once committed (its exception, with nothing written, if it raised).
+        """Run `job(cursor)` on a driver cursor, all or nothing, and return its result once
+        committed (its exception, with nothing written, if it raised).
 
-        SQLite: jobs go to one writer thread that commits several per transaction (group commit),
-        each inside its own SAVEPOINT, so a failing job rolls back alone and never poisons others.
-        PostgreSQL: a plain transaction on a pooled connection in the calling thread.
+        Jobs go to one writer thread per process that commits several per transaction (group
+        commit), each inside its own SAVEPOINT, so a failing job rolls back alone and never
+        poisons others. SQLite: one commit (and no lock hand-offs) for many batches. PostgreSQL:
+        one WAL flush for many batches, and the rows every batch of a run updates (its series'
+        stats, its last step) are locked by one transaction at a time instead of by a convoy.
         """
-        if self._write_lock is None:
-            conn = self.engine.raw_connection()
-            try:
-                cur = conn.cursor()
-                try:
-                    result = job(cur)
-                    conn.commit()
-                    return result
-                except BaseException:
-                    conn.rollback()
-                    raise
-                finally:
-                    cur.close()
-            finally:
-                conn.close()
         group = self._group
         if group is None:
             with self._group_init:
@@ -142,22 +130,24 @@ class Database:
 
 
 class _GroupWriter:
-    """SQLite group commit: one thread drains queued jobs, up to GROUP_MAX a transaction, holding
-    the process's write lock (so ORM writers in this process queue behind it as before)."""
+    """Group commit: one thread drains queued jobs, up to GROUP_MAX a transaction. On SQLite it
+    holds the process's write lock (so ORM writers in this process queue behind it as before)."""
 
     def __init__(self, db: Database):
         self.db = db
+        self.sqlite = db.dialect == "sqlite"
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._loop, name="paritywatch-group-commit", daemon=True)
-        # WAL checkpoints (which fsync the database file) run beside the writer, not inside its
-        # commits: its connection has auto-checkpoint off, this thread checkpoints (PASSIVE: never
-        # blocks the writer or readers) whenever there were commits. Other connections keep
-        # SQLite's default auto-checkpoint.
+        # SQLite: WAL checkpoints (which fsync the database file) run beside the writer, not
+        # inside its commits: its connection has auto-checkpoint off, this thread checkpoints
+        # (PASSIVE: never blocks the writer or readers) whenever there were commits. Other
+        # connections keep SQLite's default auto-checkpoint.
         self._dirty = threading.Event()
         self._stopping = threading.Event()
         self.checkpointer = threading.Thread(target=self._checkpoint_loop, name="paritywatch-checkpoint", daemon=True)
         self.thread.start()
-        self.checkpointer.start()
+        if self.sqlite:
+            self.checkpointer.start()
 
     def _checkpoint_loop(self) -> None:
         conn = None
@@ -188,7 +178,8 @@ class _GroupWriter:
         self.thread.join(timeout=10)
         self._stopping.set()
         self._dirty.set()
-        self.checkpointer.join(timeout=10)
+        if self.checkpointer.is_alive():
+            self.checkpointer.join(timeout=10)
 
     def _loop(self) -> None:
         conn = None
@@ -210,7 +201,8 @@ class _GroupWriter:
             try:
                 if conn is None:
                     conn = self.db.engine.raw_connection()
-                    conn.cursor().execute("PRAGMA wal_autocheckpoint=0").fetchall()
+                    if self.sqlite:
+                        conn.cursor().execute("PRAGMA wal_autocheckpoint=0").fetchall()
                 self._run_group(conn, batch)
                 self._dirty.set()
             except BaseException as exc:  # connection-level trouble: fail this group, start afresh
@@ -225,7 +217,8 @@ class _GroupWriter:
                         pass
                     conn = None
         if conn is not None:
-            conn.cursor().execute("PRAGMA wal_autocheckpoint=1000").fetchall()  # back to the default
+            if self.sqlite:
+                conn.cursor().execute("PRAGMA wal_autocheckpoint=1000").fetchall()  # back to the default
             conn.close()
         while True:  # anything queued after stop() fails rather than hangs
             try:
@@ -239,21 +232,22 @@ class _GroupWriter:
         outcomes: list = []
         cur = conn.cursor()
         try:
-            with self.db._write_lock:
-                cur.execute("BEGIN IMMEDIATE")
+            with self.db._write_lock or nullcontext():
+                if self.sqlite:
+                    cur.execute("BEGIN IMMEDIATE")
+                # (psycopg opens the transaction itself with the first statement)
                 try:
                     for job, fut in batch:
                         cur.execute("SAVEPOINT pw_job")
                         try:
                             outcomes.append((fut, True, job(cur)))
                         except Exception as exc:  # this job only: undo its statements
-                            cur.execute("ROLLBACK TO pw_job")
+                            cur.execute("ROLLBACK TO SAVEPOINT pw_job")
                             outcomes.append((fut, False, exc))
-                        cur.execute("RELEASE pw_job")
-                    cur.execute("COMMIT")
+                        cur.execute("RELEASE SAVEPOINT pw_job")
+                    conn.commit()
                 except BaseException:
-                    if conn.in_transaction:
-                        cur.execute("ROLLBACK")
+                    conn.rollback()
                     raise
         finally:
             cur.close()

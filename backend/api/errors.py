@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
+from sqlalchemy.exc import OperationalError as SAOperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.errors import ParitywatchError
@@ -26,6 +28,20 @@ HTTP_CODES = {
     429: "too_many_requests",
     503: "unavailable",
 }
+
+
+def is_transient_db_error(exc: BaseException) -> bool:
+    """The database was busy or away (a restart, a lost connection, a deadlock victim, SQLite
+    "database is locked"): nothing was written, and the same request may succeed on a retry."""
+    if isinstance(exc, SAOperationalError):
+        exc = exc.orig or exc
+    if isinstance(exc, sqlite3.OperationalError):
+        return any(word in str(exc) for word in ("locked", "busy"))
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the server extra installs it
+        return False
+    return isinstance(exc, psycopg.OperationalError)  # includes deadlocks and serialization failures
 
 
 def error_response(status: int, message: str, code: str | None = None, details=None, headers=None):  # noqa: ANN001
@@ -81,5 +97,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
+        if is_transient_db_error(exc):  # the transaction rolled back whole: a retry is safe
+            log.warning("database busy or unavailable on %s %s: %s", request.method, request.url.path, exc)
+            return error_response(503, "the database is busy or unavailable; retry shortly",
+                                  headers={"Retry-After": "1"})
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal error", code="internal_error")
