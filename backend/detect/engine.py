@@ -177,7 +177,25 @@ class DetectionEngine:
                     alert = lifecycle.open_alert(s, run.id, key)
                     if alert is not None:
                         lifecycle.resolve(s, run, alert, ACTOR, "heartbeat resumed", auto=True)
+            stopped = self._finish_abandoned_stops(s, cutoff)
         self.on_outbox()
+        for run_id in stopped:
+            self.on_control_change(run_id)
+
+    def _finish_abandoned_stops(self, s, cutoff) -> list[int]:  # noqa: ANN001
+        """A stop is complete when the trainer reports its loop ended (POST .../control/stopped);
+        a trainer that died instead never will. A run still `stopping` with no heartbeat from any
+        of its processes for the heartbeat timeout since the stop is `stopped`."""
+        done = []
+        for run in s.scalars(select(Run).where(Run.control_state == "stopping", Run.control_updated_at < cutoff)):
+            alive = s.scalar(select(Component.id).where(Component.run_id == run.id, Component.last_heartbeat >= cutoff)
+                             .limit(1))
+            if alive is None:
+                timeout = self.settings.heartbeat_timeout_s
+                control_store.set_state(s, run, "stopped", ACTOR,
+                                        f"no process of the run sent a heartbeat for {timeout:g} s after the stop")
+                done.append(run.id)
+        return done
 
     def _retrying(self, fn: Callable[[], None]) -> None:
         """Another backend process may open the same alert at the same moment: the unique

@@ -22,3 +22,21 @@ def test_silent_component_raises_heartbeat_lost_and_recovers(db_url):
         wait_for(lambda: not open_alerts(), timeout_s=10)
         resolved = api.get(f"/api/v1/runs/{rid}/alerts").json()["alerts"][0]
         assert resolved["status"] == "resolved"
+
+
+def test_a_stop_nobody_acknowledges_completes_once_the_run_falls_silent(db_url):
+    """The trainer died instead of reporting the end of its loop: the run does not stay
+    `stopping` forever; it becomes `stopped` once no process has heartbeated for the timeout."""
+    settings = Settings(database_url=db_url, heartbeat_timeout_s=1.0, heartbeat_check_interval_s=0.1)
+    with TestClient(create_app(settings, upgrade_schema=False)) as api:
+        rid = api.post("/api/v1/runs", json={"name": "abandoned"}).json()["id"]
+        comp = api.post(f"/api/v1/runs/{rid}/components", json={"side": "trainer", "worker_id": "t0"}).json()
+        assert api.post(f"/api/v1/runs/{rid}/control", json={"action": "stop", "reason": "enough"}).status_code == 200
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:  # a live trainer keeps the run stopping
+            api.post(f"/api/v1/runs/{rid}/components/{comp['id']}/heartbeat")
+            assert api.get(f"/api/v1/runs/{rid}/control").json()["state"] == "stopping"
+            time.sleep(0.2)
+        control = wait_for(lambda: (c := api.get(f"/api/v1/runs/{rid}/control").json())["state"] == "stopped" and c,
+                           timeout_s=10)
+        assert control["actor"] == "paritywatch" and "heartbeat" in control["reason"]
