@@ -2,7 +2,7 @@
 
 SQLite: WAL, a busy timeout, foreign keys, and writers funnelled through one lock per process so
 threads queue in Python instead of failing with "database is locked".
-PostgreSQL: a normal pool; concurrency is the server's job.
+PostgreSQL: a normal pool for sessions; concurrency is the server's job.
 Both: metric batches (`run_raw`) go through one group-commit writer thread per process.
 """
 from __future__ import annotations

@@ -26,6 +26,7 @@ Progress on stderr; the last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -52,10 +53,13 @@ from _common import (  # noqa: E402
     progress,
     scratch_db,
 )
+from trainer_hooks.monitor import ParityMonitor  # noqa: E402
 
 KEYS = 20
+# The hooks' largest batch, read from ParityMonitor's own default so the bench follows it.
+HOOKS_BATCH_POINTS = inspect.signature(ParityMonitor).parameters["max_batch_points"].default
 # batch sizes (steps per request, with KEYS keys): the hooks' largest batch and MLflow's log-batch cap
-SHAPES = {"hooks": 500, "mlflow": 50}
+SHAPES = {"hooks": HOOKS_BATCH_POINTS // KEYS, "mlflow": 50}
 MLFLOW_STEPS = SHAPES["mlflow"]
 TARGET_RATIO = 100.0
 
@@ -258,7 +262,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, help="seconds per measurement (default 10, quick 2)")
     ap.add_argument("--clients", default="1,8,32", help="comma-separated client counts for Paritywatch")
     ap.add_argument("--shapes", default="hooks,mlflow",
-                    help="Paritywatch batch sizes: hooks (10,000 points), mlflow (1,000 points)")
+                    help=f"Paritywatch batch sizes: hooks ({HOOKS_BATCH_POINTS:,} points), mlflow (1,000 points)")
     ap.add_argument("--workers", type=int, default=1, help="uvicorn workers for the Paritywatch server")
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--no-mlflow", action="store_true")
@@ -316,7 +320,7 @@ def main() -> None:
         "mlflow_latency_ms": {"p50_ms": detail["mlflow"]["p50_ms"], "p99_ms": detail["mlflow"]["p99_ms"]}
         if "mlflow" in detail else None,
         "ratio_vs_mlflow": headline,
-        "ratio_basis": "paritywatch sqlite, 8 clients, hooks batches (10,000 points) / "
+        "ratio_basis": f"paritywatch sqlite, 8 clients, hooks batches ({HOOKS_BATCH_POINTS:,} points) / "
                        "mlflow log-batch sqlite, 8 clients (1,000 metrics, its maximum)",
         "ratio_vs_mlflow_same_batch": ratio("mlflow") if "mlflow" in shapes else None,
         "errors": errors,

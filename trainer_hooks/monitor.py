@@ -337,7 +337,8 @@ class ParityMonitor:
                                         json={"component_id": component_id}, timeout=timeout)
             self._control.observe(control)
         except TransportError as exc:
-            log.warning("paritywatch: could not report that the run stopped (it stays 'stopping'): %s", exc)
+            log.warning("paritywatch: could not report that the run stopped (the server marks it stopped once "
+                        "the run's heartbeats cease): %s", exc)
         finally:
             transport.close()
 

@@ -15,7 +15,7 @@ point is counted exactly once, either way.
 
 Ingest does all the arithmetic (validation, packing, roll-up folding, key stats) before it
 touches the database; the write itself is a handful of executemany calls on a driver cursor,
-run through `Database.run_raw` (group commit on SQLite).
+run through `Database.run_raw` (group commit).
 """
 from __future__ import annotations
 
