@@ -5,7 +5,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_
 WORKDIR /app
 RUN useradd --create-home --uid 10001 paritywatch
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY backend ./backend
 COPY trainer_hooks ./trainer_hooks
 COPY migrations ./migrations

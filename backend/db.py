@@ -8,6 +8,7 @@ Both: metric batches (`run_raw`) go through one group-commit writer thread per p
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from concurrent.futures import Future
@@ -50,7 +51,7 @@ def make_engine(url: str) -> Engine:
     if dialect_of(url) == "sqlite":
         path = make_url(url).database
         if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _create_private_file(Path(path).expanduser())
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
@@ -68,6 +69,16 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _disable_pysqlite_begin)
         return engine
     return create_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+
+
+def _create_private_file(path: Path) -> None:
+    """Create the SQLite file owner-only (0600) before SQLite does with the umask's mode: it holds
+    token hashes and webhook data. SQLite gives its -wal and -shm files the database's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
 
 
 def _disable_pysqlite_begin(dbapi_conn, _record) -> None:
@@ -121,6 +132,12 @@ class Database:
                     self._group = _GroupWriter(self)
                 group = self._group
         return group.submit(job)
+
+    def writer_backlog(self) -> int:
+        """Jobs (metric batches) waiting for the group-commit writer; 0 when it is idle. Lets
+        background work (backend/janitor.py) step aside while ingest is busy."""
+        group = self._group
+        return group.jobs.qsize() if group is not None else 0
 
     def dispose(self) -> None:
         if self._group is not None:

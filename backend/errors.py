@@ -1,10 +1,12 @@
 """Domain errors raised by the store; api/errors.py maps each to one HTTP status."""
 from __future__ import annotations
 
+from trainer_hooks import contract
+
 
 class ParitywatchError(Exception):
     status = 400
-    code = "bad_request"
+    code = contract.ERROR_BAD_REQUEST
 
     def __init__(self, message: str, details: list | None = None):
         super().__init__(message)
@@ -14,23 +16,23 @@ class ParitywatchError(Exception):
 
 class NotFound(ParitywatchError):
     status = 404
-    code = "not_found"
+    code = contract.ERROR_NOT_FOUND
 
 
 class FingerprintUnknown(NotFound):
-    code = "fingerprint_unknown"
+    code = contract.ERROR_FINGERPRINT_UNKNOWN
 
 
 class Conflict(ParitywatchError):
     status = 409
-    code = "conflict"
+    code = contract.ERROR_CONFLICT
 
 
 class Invalid(ParitywatchError):
     status = 422
-    code = "validation_error"
+    code = contract.ERROR_VALIDATION
 
 
 class TooLarge(ParitywatchError):
     status = 413
-    code = "payload_too_large"
+    code = contract.ERROR_PAYLOAD_TOO_LARGE

@@ -1,85 +1,53 @@
 """The FastAPI application: `create_app(settings)` wires store, API, watchers and dashboard."""
 from __future__ import annotations
 
-import ipaddress
 import logging
-import threading
-import time
 from contextlib import asynccontextmanager
+from html import escape as html_escape
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
-from backend import migrate
-from backend.api.errors import error_response, install_error_handlers
-from backend.api.routes import alerts, components, control, meta, metrics, parity, rules, runs, webhooks
-from backend.api.routes.meta import add_prometheus
-from backend.auth import TokenCache, has_active_tokens
-from backend.control_watch import ControlWatcher
-from backend.detect.engine import DetectionEngine
-from backend.db import Database
-from backend.middleware import BodySizeLimit, SecurityHeaders
-from backend.schemas import ErrorResponse, Health
-from backend.settings import Settings, get_settings
-from backend.store.metrics import MetricStore
-from backend.webhooks.dispatcher import Dispatcher
+from paritywatch.backend import migrate
+from paritywatch.backend.api.deps import RunProjects
+from paritywatch.backend.api.errors import error_response, install_error_handlers
+from paritywatch.backend.alerts.effects import Effects
+from paritywatch.backend.alerts.notifier import Notifier
+from paritywatch.backend.api.query import reject_unknown_query
+from paritywatch.backend.api.routes import (alerts, attestations, audits, components, control, meta, metrics, packs,
+                                           parity, rules, runs, silences, webhooks, workers)
+from paritywatch.backend.api.routes.meta import add_prometheus, make_registry
+from paritywatch.backend.auth import OpenMode, TokenCache
+from paritywatch.backend.control_watch import ControlWatcher
+from paritywatch.backend.detect.engine import DetectionEngine
+from paritywatch.backend.db import Database
+from paritywatch.backend.janitor import Janitor
+from paritywatch.backend.live import StreamHub
+from paritywatch.backend.middleware import RequestGuard, SecurityHeaders
+from paritywatch.backend.models import ALERT_KINDS, RUN_STATES
+from paritywatch.backend.schemas import ErrorResponse, EventTypeOut, Health, UiConfig
+from paritywatch.backend.settings import Settings, get_settings
+from paritywatch.backend.store.metrics import MetricStore
+from paritywatch.backend.webhooks.dispatcher import Dispatcher
+from paritywatch.backend.webhooks.secrets import reseal_all
+from paritywatch.backend.webhooks.ssrf import Resolver, system_resolver
+from trainer_hooks import contract
+from trainer_hooks.contract import API_PREFIX
 
 log = logging.getLogger("paritywatch")
 FRONTEND_DIR = Path(__file__).resolve().parent.parent / "frontend"
-API_PREFIX = "/api/v1"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-class OpenMode:
-    """No tokens + loopback bind = open server. Creating a token closes it within seconds."""
-
-    def __init__(self, db: Database, loopback: bool, ttl_s: float = 2.0):
-        self.db, self.loopback, self.ttl_s = db, loopback, ttl_s
-        self._checked_at = -1e9
-        self._open = False
-
-    def is_open(self) -> bool:
-        if not self.loopback:
-            return False
-        now = time.monotonic()
-        if now - self._checked_at > self.ttl_s:
-            self._open = not has_active_tokens(self.db)
-            self._checked_at = now
-        return self._open
-
-
-class Counters:
-    """Process-local counters for /metrics."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.points = 0
-        self.batches = 0
-        self.duplicates = 0
-
-    def record_ingest(self, points: int, duplicate: bool) -> None:
-        with self._lock:
-            self.batches += 1
-            self.points += points
-            self.duplicates += int(duplicate)
 
 
 def _operation_id(route: APIRoute) -> str:
     return f"{route.tags[0] if route.tags else 'api'}-{route.name}"
 
 
-def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True) -> FastAPI:
+def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
+               resolver: Resolver = system_resolver) -> FastAPI:
+    """`resolver` resolves webhook hosts (tests pass a stub so nothing is ever sent to them)."""
     settings = settings or get_settings()
     db = Database(settings.database_url)
 
@@ -88,20 +56,29 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
         if upgrade_schema:
             migrate.upgrade(settings.database_url)
         app.state.schema_revision = migrate.current_revision(settings.database_url)
+        resealed = reseal_all(db, app.state.dispatcher.box, legacy_only=True)
+        if resealed:
+            log.info("encrypted %d webhook secret(s) stored before encryption at rest", resealed)
         app.state.control_watcher.start()
         if settings.run_background_workers:
             app.state.dispatcher.start()
             app.state.engine.start()
+            app.state.janitor.start()
+            app.state.notifier.start()
         if app.state.open_mode.is_open():
             log.warning(
-                "\n%s\n  PARITYWATCH IS RUNNING OPEN: no API tokens exist, so every local caller is admin.\n"
-                "  Create one with `paritywatch token create --scope admin` to require tokens.\n%s",
+                "\n%s\n  PARITYWATCH IS RUNNING OPEN: no API token exists, so callers on this machine are admin\n"
+                "  (requests from other machines, other Host names and other sites' pages are refused).\n"
+                "  Create a token with `paritywatch token create --scope admin` to require tokens.\n%s",
                 "!" * 78, "!" * 78,
             )
         yield
+        app.state.streams.close_all()
         await app.state.control_watcher.stop()
         if settings.run_background_workers:
+            app.state.janitor.stop()
             app.state.engine.stop()
+            app.state.notifier.stop()
             app.state.dispatcher.stop()
         db.dispose()
 
@@ -111,31 +88,44 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
         description="Trainer / rollout processor parity for async RL runs.",
         lifespan=lifespan,
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # _add_api_docs: Swagger UI from installed assets, under the CSP
         redoc_url=None,
         generate_unique_id_function=_operation_id,
         responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 422)},
     )
     app.state.settings = settings
     app.state.db = db
-    app.state.metrics = MetricStore(db)
+    app.state.metrics = MetricStore(db, max_step_ahead=settings.max_step_ahead)
     app.state.tokens = TokenCache(db)
-    app.state.open_mode = OpenMode(db, is_loopback(settings.host))
-    app.state.counters = Counters()
+    app.state.open_mode = OpenMode(db, settings.open_mode)
+    app.state.run_projects = RunProjects(db)
     app.state.control_watcher = ControlWatcher(db, settings.control_poll_interval_s)
-    app.state.dispatcher = Dispatcher(db, settings)
-    app.state.dispatcher_wake = app.state.dispatcher.wake
-    app.state.engine = DetectionEngine(
-        db, settings, on_control_change=app.state.control_watcher.notify, on_outbox=app.state.dispatcher.wake
+    app.state.registry, app.state.counters = make_registry(db, app.state.control_watcher)
+    app.state.streams = StreamHub(db, app.state.tokens, app.state.open_mode, settings)
+    app.state.resolver = resolver
+    app.state.dispatcher = Dispatcher(db, settings, resolver=resolver)
+    app.state.effects = Effects(
+        public_url=settings.public_url or f"http://{settings.host}:{settings.port}",
+        default_group_by=tuple(settings.webhook_group_by),
+        on_control_change=app.state.control_watcher.notify,
+        on_notify=lambda: app.state.notifier.wake(),
+        on_outbox=app.state.dispatcher.wake,
     )
+    app.state.notifier = Notifier(db, settings, app.state.effects)
+    app.state.engine = DetectionEngine(db, settings, app.state.effects)
+    app.state.janitor = Janitor(db, app.state.metrics, settings)
     app.state.schema_revision = None
 
     install_error_handlers(app)
-    api = APIRouter(prefix=API_PREFIX)
-    for module in (runs, components, metrics, control, parity, alerts, rules, webhooks, meta):
+    api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(reject_unknown_query)])
+    for module in (runs, components, attestations, metrics, audits, control, parity, workers, alerts, silences, rules,
+                   packs, webhooks, meta):
         api.include_router(module.router)
+    api.include_router(runs.deletions)
+    api.include_router(webhooks.events_router)
     app.include_router(api)
     _add_health(app)
+    _add_api_docs(app)
     add_prometheus(app)
     if settings.serve_dashboard:
         _add_dashboard_routes(app)
@@ -143,7 +133,8 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True)
     if settings.serve_dashboard:
         _mount_static(app)
     app.add_middleware(SecurityHeaders)
-    app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+    app.add_middleware(RequestGuard, tokens=app.state.tokens, open_mode=app.state.open_mode,
+                       small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes)
     return app
 
 
@@ -183,25 +174,109 @@ def _add_health(app: FastAPI) -> None:
         )
 
 
-def _add_dashboard_routes(app: FastAPI) -> None:
+IMMUTABLE = "public, max-age=31536000, immutable"  # versioned URLs: a new version is a new URL
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header admits gzip (by name or `*`, with a q-value above 0)."""
+    for part in accept_encoding.lower().split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip() not in ("gzip", "*"):
+            continue
+        q = params.strip()
+        if not q.startswith("q="):
+            return True
+        try:
+            return float(q[2:]) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def plotly_bundle() -> tuple[str, Path, Path | None]:
+    """(URL, file, gzipped file or None) of the plotly.js the dashboard loads: the partial bundle
+    scripts/fetch_plotly_bundle.sh put in frontend/vendor/ (about a quarter of the full bundle,
+    gzipped once), else the full bundle inside the Python plotly package."""
     import plotly
+    import plotly.offline
 
-    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    version = plotly.offline.get_plotlyjs_version()
+    partial = FRONTEND_DIR / "vendor" / f"plotly-basic-{version}.min.js"
+    gzipped = partial.with_name(partial.name + ".gz")
+    if partial.is_file() and gzipped.is_file():
+        return f"/vendor/{partial.name}", partial, gzipped
+    full = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    log.info("plotly.js: serving the full bundle (%s); `make install` fetches the smaller partial one", full)
+    return f"/vendor/plotly-{version}.min.js", full, None
 
-    @app.get(f"/vendor/plotly-{plotly.__version__}.min.js", include_in_schema=False)
-    def plotly_bundle() -> FileResponse:
-        return FileResponse(plotly_js, media_type="text/javascript", headers={"Cache-Control": "max-age=31536000, immutable"})
 
-    plotly_url = f"/vendor/plotly-{plotly.__version__}.min.js"
+def static_asset(path: Path, gzipped: Path | None, request: Request, media_type: str) -> FileResponse:
+    """A versioned asset, immutable; its precompressed copy when the client accepts gzip."""
+    headers = {"Cache-Control": IMMUTABLE}
+    if gzipped is not None:
+        headers["Vary"] = "Accept-Encoding"
+        if accepts_gzip(request.headers.get("accept-encoding", "")):
+            return FileResponse(gzipped, media_type=media_type, headers={**headers, "Content-Encoding": "gzip"})
+    return FileResponse(path, media_type=media_type, headers=headers)
 
-    @app.get("/api/v1/ui-config", include_in_schema=False)
-    def ui_config() -> dict:
-        return {"plotly_url": plotly_url, "version": app.version}
+
+def _add_api_docs(app: FastAPI) -> None:
+    """Interactive API docs at /api/docs: Swagger UI from the assets the `fastapi-offline` package
+    ships (FastAPI's default page loads them from a CDN, which the CSP blocks and an air-gapped
+    cluster cannot reach), started by a script file (the CSP runs no inline script)."""
+    from importlib import metadata, resources
+
+    page_file, init_file = FRONTEND_DIR / "api-docs.html", FRONTEND_DIR / "api-docs.js"
+    if not page_file.is_file():  # pragma: no cover - an installed wheel without frontend/
+        return
+    assets = Path(str(resources.files("fastapi_offline"))) / "static"
+    base = f"/vendor/swagger-ui-{metadata.version('fastapi-offline')}"  # versioned: immutable
+    media_types = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css", "favicon.png": "image/png"}
+    page = page_file.read_text().replace("%SWAGGER_UI%", base).replace("%OPENAPI_URL%", app.openapi_url)
+
+    @app.get("/api/docs", include_in_schema=False)
+    def api_docs() -> HTMLResponse:
+        return HTMLResponse(page, headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/docs/init.js", include_in_schema=False)
+    def api_docs_init() -> FileResponse:
+        return FileResponse(init_file, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
+
+    @app.get(base + "/{name}", include_in_schema=False)
+    def swagger_ui_asset(name: str, request: Request):  # noqa: ANN202
+        if name not in media_types:
+            return error_response(404, f"no Swagger UI asset {name}")
+        return static_asset(assets / name, None, request, media_types[name])
+
+
+def ui_config_for(version: str, plotly_url: str) -> UiConfig:
+    return UiConfig(
+        api_prefix=API_PREFIX, version=version, plotly_url=plotly_url, severities=list(contract.SEVERITIES),
+        run_states=list(RUN_STATES), alert_kinds=list(ALERT_KINDS), fingerprint_component_order=list(contract.FINGERPRINT_COMPONENT_ORDER),
+        webhook_events=[EventTypeOut(type=name, description=text)
+                        for name, text in contract.WEBHOOK_EVENT_DESCRIPTIONS.items()])
+
+
+def _add_dashboard_routes(app: FastAPI) -> None:
+    plotly_url, plotly_js, plotly_gz = plotly_bundle()
+
+    @app.get(plotly_url, include_in_schema=False)
+    def plotly_js_bundle(request: Request) -> FileResponse:
+        return static_asset(plotly_js, plotly_gz, request, "text/javascript")
+
+    config = ui_config_for(app.version, plotly_url)
+
+    @app.get(API_PREFIX + "/ui-config", response_model=UiConfig, tags=["meta"], operation_id="meta-ui_config",
+             summary="What the dashboard needs from the wire contract (public)")
+    def ui_config() -> UiConfig:
+        return config
 
     index = FRONTEND_DIR / "index.html"
     if index.is_file():
-        # The page names the versioned plotly URL so the browser preloads it during HTML parsing.
-        html = index.read_text().replace("%PLOTLY_URL%", plotly_url)
+        # The page names the versioned plotly URL so the browser preloads it during HTML parsing,
+        # and carries the ui-config document so the first paint waits for no request.
+        embedded = html_escape(config.model_dump_json(), quote=True)
+        html = index.read_text().replace("%PLOTLY_URL%", plotly_url).replace("%UI_CONFIG%", embedded)
 
         @app.get("/", include_in_schema=False)
         @app.get("/index.html", include_in_schema=False)

@@ -1,10 +1,28 @@
-"""ASGI middleware: request-size cap with a JSON text guard, and security headers."""
+"""ASGI middleware: the request guard (who, from where, how much) and security headers.
+
+`RequestGuard` does all of its work before the app reads a single byte of the body:
+1. who is calling: a bearer token (cached lookups), or, in open mode, a local caller: loopback
+   peer, a Host naming loopback (no DNS rebinding), no foreign Origin / cross-site fetch on a
+   state-changing request (no drive-by POST from a page in the same browser);
+2. may they call this route (its scope dependency, read from the app): 401 / 403 otherwise;
+3. the body: JSON content type required, the route's size limit (large only for metric batches
+   and fingerprints), then a linear-time nesting check, off the event loop for big bodies.
+"""
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import time
+from urllib.parse import urlsplit
 
+import anyio
+import numpy as np
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from paritywatch.backend.api.deps import PRINCIPAL_KEY, access_for
+from paritywatch.backend.auth import OPEN_PRINCIPAL, Principal, TokenCache
+from trainer_hooks.contract import error_envelope
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -20,26 +38,51 @@ SECURITY_HEADERS = [
 # Deeper JSON than this is refused up front: it parses, but pydantic cannot serialise it back
 # (a 500 after the write), and nothing Paritywatch stores nests beyond a dozen levels.
 MAX_JSON_DEPTH = 100
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # unrolled: C speed on long strings
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _SUSPECT_TEXT = re.compile(rb"\\u(?:0000|d[89a-f])", re.I)
+INLINE_CHECK_BYTES = 64 * 1024  # bodies above this are checked in a worker thread
+SCAN_CHUNK = 1 << 20
+_BRACKET_DELTA = np.zeros(256, np.int8)
+_BRACKET_DELTA[[ord("["), ord("{")]] = 1
+_BRACKET_DELTA[[ord("]"), ord("}")]] = -1
+UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+# --- the body: nesting and text checks ---
+
+
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether brackets outside strings nest deeper than `limit`: one pass, O(size), in 1 MB numpy
+    chunks (bounded memory, the GIL released inside each step). A quote is a string delimiter
+    unless an odd run of backslashes precedes it."""
+    depth, in_string, backslashes = 0, 0, 0  # carried from chunk to chunk
+    for start in range(0, len(body), SCAN_CHUNK):
+        a = np.frombuffer(body, np.uint8, count=min(SCAN_CHUNK, len(body) - start), offset=start)
+        index = np.arange(a.size)
+        # index of the last byte that is not a backslash, at or before each position (-1: none yet)
+        last_plain = np.maximum.accumulate(np.where(a == 92, -1, index))
+        quotes = np.flatnonzero(a == 34)
+        before = quotes - 1
+        run = np.where(before >= 0, before - last_plain[np.maximum(before, 0)], 0)
+        run += np.where((before < 0) | (last_plain[np.maximum(before, 0)] < 0), backslashes, 0)
+        toggles = np.zeros(a.size, np.int8)
+        toggles[quotes[run % 2 == 0]] = 1
+        inside = (np.cumsum(toggles, dtype=np.int64) + in_string) & 1
+        delta = _BRACKET_DELTA[a]
+        delta[inside == 1] = 0
+        levels = np.cumsum(delta, dtype=np.int64) + depth
+        if levels.max() > limit:
+            return True
+        depth, in_string = int(levels[-1]), int(inside[-1])
+        tail = a.size - 1 - int(last_plain[-1])
+        backslashes = tail + (backslashes if last_plain[-1] < 0 else 0)
+    return False
 
 
 def json_body_problem(body: bytes) -> tuple[int, str] | None:
     """(status, message) when a JSON body holds what no store can take; None when it is fine.
-
-    Cheap on the common path (C-speed byte scans); the careful check runs only on suspicion.
     Malformed JSON is left to the app's parser and its own 4xx."""
-    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
-        nest = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
-        for _ in range(MAX_JSON_DEPTH):  # each round strips the innermost layer of pairs
-            shorter = nest.replace(b"[]", b"").replace(b"{}", b"")
-            if shorter == nest:
-                break
-            nest = shorter
-        else:
-            if nest:
-                return 400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and json_too_deep(body):
+        return 400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     if _SUSPECT_TEXT.search(body):  # only escapes can carry NUL or a lone surrogate into JSON text
         try:
             value = json.loads(body)
@@ -70,113 +113,174 @@ def _bad_text(value) -> str | None:  # noqa: ANN001
     return None
 
 
-async def _send_error(send: Send, status: int, code: str, message: str) -> None:
-    body = json.dumps({"error": {"status": status, "code": code, "message": message}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            # This middleware wraps SecurityHeaders, so its own answers carry the headers themselves.
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                        *SECURITY_HEADERS],
-        }
-    )
+# --- headers ---
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def is_json_type(content_type: str | None) -> bool:
+    """application/json or application/<anything>+json, parameters (charset) allowed."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _has_body(scope: Scope) -> bool:
+    length = _header(scope, b"content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return _header(scope, b"transfer-encoding") is not None
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback address (IPv6 with or without brackets)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(host_header: str) -> str:
+    return (urlsplit("//" + host_header).hostname or "").lower()
+
+
+def local_caller_problem(scope: Scope) -> str | None:
+    """Why this request may not use open mode (None: it may). Open mode is for the person at this
+    machine: the peer must be loopback, the Host must name loopback (a DNS-rebinding page sends
+    its own name), and a state-changing request must not come from another site's page."""
+    client = scope.get("client")
+    if not client or not is_loopback(client[0]):
+        return "open mode answers only callers on this machine; use a bearer token"
+    host = _header(scope, b"host")
+    if not host or not is_loopback(_host_name(host)):
+        return f"open mode answers only requests addressed to localhost (Host: {host!r}); use a bearer token"
+    if scope.get("method") in UNSAFE_METHODS:
+        origin = _header(scope, b"origin")
+        if origin is not None and (origin == "null" or urlsplit(origin).netloc.lower() != host.lower()):
+            return f"open mode refuses cross-origin requests (Origin: {origin}); use a bearer token"
+        if (_header(scope, b"sec-fetch-site") or "").lower() in ("cross-site", "same-site"):
+            return "open mode refuses requests from other sites' pages; use a bearer token"
+    return None
+
+
+# --- the guard ---
+
+
+async def send_error(send: Send, status: int, message: str, headers: list | None = None) -> None:
+    """An error answer in the contract's envelope, with the status's own code."""
+    body = json.dumps(error_envelope(status, message)).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        # This middleware wraps SecurityHeaders, so its own answers carry the headers themselves.
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    *(headers or []), *SECURITY_HEADERS],
+    })
     await send({"type": "http.response.body", "body": body})
 
 
-def _is_json(scope: Scope) -> bool:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-type":
-            return b"json" in value.lower()
-    return False
-
-
-class BodySizeLimit:
-    """Refuse bodies over `limit` bytes (by Content-Length up front, or while streaming), and JSON
-    bodies no store can take (too deep, NUL, lone surrogates) with a clear 4xx before any route runs."""
-
-    def __init__(self, app: ASGIApp, limit: int):
+class RequestGuard:
+    def __init__(self, app: ASGIApp, *, tokens: TokenCache, open_mode, small_limit: int, large_limit: int):  # noqa: ANN001
         self.app = app
-        self.limit = limit
+        self.tokens = tokens
+        self.open_mode = open_mode
+        self.small_limit, self.large_limit = small_limit, large_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _send_error(send, 413, "payload_too_large", f"request body over {self.limit} bytes")
+        access = access_for(scope["app"], scope["method"], scope["path"])
+        principal, refusal = await self._identify(scope)
+        if access.scopes:
+            if principal is None:
+                status, message = refusal
+                await send_error(send, status, message, [(b"www-authenticate", b"Bearer")] if status == 401 else None)
                 return
-        if scope.get("method") in ("POST", "PUT", "PATCH") and _is_json(scope):
-            await self._buffered_json(scope, receive, send)
+            if not any(principal.has(s) for s in access.scopes):
+                await send_error(send, 403, f"this needs the {' or '.join(access.scopes)} scope")
+                return
+        scope[PRINCIPAL_KEY] = principal
+        if not _has_body(scope):
+            await self.app(scope, receive, send)
+            return
+        limit = self.large_limit if access.large_body else self.small_limit
+        length = _header(scope, b"content-length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            await send_error(send, 413, f"request body over {limit} bytes")
+            return
+        if not is_json_type(_header(scope, b"content-type")):
+            await send_error(send, 415, "send the body as JSON with Content-Type: application/json")
+            return
+        body = await self._read(receive, send, limit)
+        if body is None:
+            return
+        if len(body) > INLINE_CHECK_BYTES:
+            problem = await anyio.to_thread.run_sync(json_body_problem, body)
         else:
-            await self._streamed(scope, receive, send)
+            problem = json_body_problem(body)
+        if problem is not None:
+            status, message = problem
+            await send_error(send, status, message)
+            return
+        await self.app(scope, _replay(body, receive), send)
 
-    async def _buffered_json(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _identify(self, scope: Scope) -> tuple[Principal | None, tuple[int, str] | None]:
+        """(principal, None) or (None, (status, why)) for when the route needs a caller."""
+        authorization = _header(scope, b"authorization")
+        if authorization:
+            scheme, _, secret = authorization.partition(" ")
+            secret = secret.strip()
+            if scheme.lower() != "bearer" or not secret:
+                return None, (401, "Authorization must be 'Bearer <token>'")
+            hit, principal = self.tokens.cached(secret, time.monotonic())
+            if not hit:
+                principal = await anyio.to_thread.run_sync(self.tokens.lookup, secret)
+            return (principal, None) if principal else (None, (401, "unknown or revoked token"))
+        is_open = self.open_mode.cached()
+        if is_open is None:
+            is_open = await anyio.to_thread.run_sync(self.open_mode.is_open)
+        if is_open:
+            problem = local_caller_problem(scope)
+            return (OPEN_PRINCIPAL, None) if problem is None else (None, (403, problem))
+        return None, (401, "a bearer token is required")
+
+    @staticmethod
+    async def _read(receive: Receive, send: Send, limit: int) -> bytes | None:
         chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return
+                return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.limit:
-                await _send_error(send, 413, "payload_too_large", f"request body over {self.limit} bytes")
-                return
+            if size > limit:
+                await send_error(send, 413, f"request body over {limit} bytes")
+                return None
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        problem = json_body_problem(body)
-        if problem is not None:
-            status, message = problem
-            await _send_error(send, status, "bad_request" if status == 400 else "validation_error", message)
-            return
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()  # after the body: wait for the disconnect like a live stream
-
-        await self.app(scope, replay, send)
-
-    async def _streamed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        received = 0
-        too_large = False
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received, too_large
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    too_large = True
-                    raise _BodyTooLarge()
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if too_large and not started:
-                return  # the app's answer to a cut-off body (FastAPI says 400): ours is the 413
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except Exception:
-            if not (too_large and not started):
-                raise
-        if too_large and not started:
-            await _send_error(send, 413, "payload_too_large", f"request body over {self.limit} bytes")
+                return b"".join(chunks)
 
 
-class _BodyTooLarge(Exception):
-    pass
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # after the body: wait for the disconnect like a live stream
+
+    return replay
 
 
 class SecurityHeaders:

@@ -8,7 +8,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from backend.db import make_engine, normalise_url
+from paritywatch.backend.db import make_engine, normalise_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 

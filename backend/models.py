@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false as sa_false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -52,9 +53,23 @@ class Base(DeclarativeBase):
     pass
 
 
+# The run state machine (docs/design.md, "Runs, processes and control"), one column:
+# control actions move running <-> paused -> stopping -> stopped; process lifecycle adds
+# finished (the trainer closed without a stop) and crashed (every process lost; recoverable).
+RUN_STATES = ("running", "paused", "stopping", "stopped", "finished", "crashed")
+LIVE_RUN_STATES = ("running", "paused", "stopping")  # the heartbeat sweep looks at these only
+ENDED_RUN_STATES = ("stopped", "finished")  # a clean end: its open alerts resolve
+COMPONENT_STATUSES = ("live", "closed", "lost")
+ALERT_KINDS = ("processor_mismatch", "metric_threshold", "metric_trend", "heartbeat_lost",
+               "weights_mismatch", "weights_stale", "weights_backwards", "sample_audit")
+
+
 class Run(Base):
     __tablename__ = "runs"
-    __table_args__ = (UniqueConstraint("project", "name", name="uq_runs_project_name"),)
+    __table_args__ = (
+        UniqueConstraint("project", "name", name="uq_runs_project_name"),
+        Index("ix_runs_control_state", "control_state"),  # the sweep finds live runs without a scan
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     project: Mapped[str] = mapped_column(String(200), index=True)
@@ -71,6 +86,9 @@ class Run(Base):
     control_updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # What a processor mismatch does to this run: pause | alert | ignore.
     on_mismatch: Mapped[str] = mapped_column(String(8), default="pause")
+    # Set when an admin deletes the run: from then on the API treats it as gone while its rows
+    # are removed in the background (a `run_deletions` row records it and survives it).
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class ControlEvent(Base):
@@ -116,6 +134,16 @@ class Component(Base):
     fingerprint_digest: Mapped[str | None] = mapped_column(
         ForeignKey("fingerprints.digest"), nullable=True
     )
+    # live -> closed (it said goodbye: POST .../close) or lost (silent for the heartbeat timeout).
+    status: Mapped[str] = mapped_column(String(8), default="live", server_default="live")
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    lost_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    close_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # What its last heartbeat reported (migration 0010): the weights version it published
+    # (trainer) or serves (rollout), and its throughput over its last heartbeat interval.
+    policy_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    samples_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    points_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class MetricKey(Base):
@@ -131,6 +159,9 @@ class MetricKey(Base):
     first_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     last_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Retention dropped the raw points of steps below this one (NULL: none dropped); reads of
+    # that range come from the roll-ups alone.
+    raw_floor: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class MetricChunk(Base):
@@ -183,6 +214,9 @@ class IngestBatch(Base):
     seq: Mapped[int] = mapped_column(BigInteger)
     points: Mapped[int] = mapped_column(Integer)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The process that posted it (the batch's component_id; NULL when it named none): a series'
+    # chunks split per worker through their batch_id (migration 0010).
+    component_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ApiToken(Base):
@@ -197,6 +231,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # An ingest token bound to one project writes only to its runs; NULL = every project.
+    project: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
 class Alert(Base):
@@ -236,7 +272,8 @@ class AlertEvent(Base):
 
 
 class Rule(Base):
-    """Threshold rule on a metric; run_id NULL = a project default."""
+    """A rule on a metric (a threshold, or a trend: backend/detect/trend.py); run_id NULL = a
+    project default; `pack` names the framework pack that added it (backend/detect/packs.py)."""
 
     __tablename__ = "rules"
 
@@ -255,6 +292,27 @@ class Rule(Base):
     action: Mapped[str] = mapped_column(String(8), default="alert")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     builtin: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Evaluations within the threshold before a firing alert resolves (flapping guard).
+    keep_firing_for: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    kind: Mapped[str] = mapped_column(String(16), default="threshold", server_default="threshold")
+    # Also evaluate each worker's own series of the key (`worker3/<key>`), each with its own alert.
+    per_worker: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    # Trend rules: the least change of the median (in the metric's units) worth an alert.
+    min_change: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    pack: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+
+
+class RuleSeriesState(Base):
+    """Streaks of a per-worker rule for one series of a run (`worker3/<key>`, or the key itself)."""
+
+    __tablename__ = "rule_series_states"
+
+    rule_id: Mapped[int] = mapped_column(ForeignKey("rules.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    series_key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    streak: Mapped[int] = mapped_column(Integer, default=0)
+    clear_streak: Mapped[int] = mapped_column(Integer, default=0)
+    last_value: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class RuleState(Base):
@@ -266,6 +324,7 @@ class RuleState(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     streak: Mapped[int] = mapped_column(Integer, default=0)
     last_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    clear_streak: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Webhook(Base):
@@ -274,12 +333,19 @@ class Webhook(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     url: Mapped[str] = mapped_column(Text)
     format: Mapped[str] = mapped_column(String(16), default="standard")
-    # Standard Webhooks needs the raw secret to sign; it is shown once and never returned.
-    secret: Mapped[str] = mapped_column(String(128))
+    # Standard Webhooks needs the raw secret to sign; it is shown once, never returned, and stored
+    # encrypted ("enc:" + Fernet token, backend/webhooks/secrets.py): TEXT on PostgreSQL since
+    # migration 0004; SQLite keeps 0001's VARCHAR(128), whose length it never enforces.
+    secret: Mapped[str] = mapped_column(Text().with_variant(String(128), "sqlite"))
     events: Mapped[list] = mapped_column(JSON, default=list)
     project: Mapped[str | None] = mapped_column(String(200), nullable=True)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Notification grouping; NULL = the server's default (Settings.webhook_group_*).
+    group_by: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    group_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    group_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    repeat_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class WebhookDelivery(Base):
@@ -313,3 +379,157 @@ class DeliveryAttempt(Base):
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class RunDeletion(Base):
+    """Audit of a run deletion: who, why, when, what the run was. No foreign key: it outlives the
+    run. `finished_at` is set once every row of the run is gone."""
+
+    __tablename__ = "run_deletions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(Integer, index=True)
+    project: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    actor: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    points: Mapped[int] = mapped_column(BigInteger, default=0)
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+class Silence(Base):
+    """Mutes notifications of matching alerts (a run, a project, an alert kind, or a mix) until
+    `ends_at`. Rows are never deleted: with who made and who ended each, they are its audit log."""
+
+    __tablename__ = "silences"
+    __table_args__ = (Index("ix_silences_ends_at", "ends_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), nullable=True)
+    project: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    starts_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    ends_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_by: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    ended_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class NotificationGroup(Base):
+    """The notification log of one alert group of one webhook (Alertmanager's nflog entry): what
+    was last sent and when, and when the group needs looking at again."""
+
+    __tablename__ = "notification_groups"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "group_key", name="uq_notification_groups_key"),
+        Index("ix_notification_groups_due", "next_check_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    group_key: Mapped[str] = mapped_column(String(300))
+    # The group's label values (NULL: not grouped by that label).
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), nullable=True)
+    project: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    kind: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    severity: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    last_sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_firing: Mapped[list] = mapped_column(JSON, default=list)  # alert ids told as firing
+    last_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    next_check_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DetectJob(Base):
+    """A durable detection job, written in the transaction that stored its input (a metric batch,
+    a fingerprint) and deleted in the transaction that evaluates it: every accepted input is
+    evaluated exactly once, whatever fails in between and however many replicas run."""
+
+    __tablename__ = "detect_jobs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # metrics | fingerprint | attestation | audit
+    payload: Mapped[str] = mapped_column(Text, default="")  # metrics: the watched keys and batch spans, JSON (store/jobs.py)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WeightAttestation(Base):
+    """The digests of the weights one process held for one version (docs/design.md, "Weight-sync
+    attestation"): one row per (process, version), the latest attestation of a version wins.
+    `backwards_from`: the highest version this process had attested before, when this one is
+    lower (a worker that went back to older weights)."""
+
+    __tablename__ = "weight_attestations"
+    __table_args__ = (
+        UniqueConstraint("component_id", "version", name="uq_weight_attestations_component_version"),
+        Index("ix_weight_attestations_run_version", "run_id", "version"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    component_id: Mapped[int] = mapped_column(ForeignKey("components.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+    algo: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(8))
+    block_bytes: Mapped[int] = mapped_column(BigInteger)
+    sample: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    tensor_count: Mapped[int] = mapped_column(Integer)
+    bytes_total: Mapped[int] = mapped_column(BigInteger)
+    bytes_hashed: Mapped[int] = mapped_column(BigInteger)
+    seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    backwards_from: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    tensors: Mapped[list] = mapped_column(JSON)  # [{"name", "dtype", "shape", "bytes", "digest"}] as sent
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class SampleAudit(Base):
+    """The per-sample audit of one rollout batch (trainer_hooks/audit.py): its counts; its worst
+    samples are `SampleAuditSample` rows. Idempotent by (client_id, seq), like metric batches."""
+
+    __tablename__ = "sample_audits"
+    __table_args__ = (
+        UniqueConstraint("client_id", "seq", name="uq_sample_audits_client_seq"),
+        Index("ix_sample_audits_run_id_id", "run_id", "id"),  # a run's latest batches, newest first
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    # No foreign key: deleting a run drops its processes at once, and SET NULL would rewrite every
+    # audit of the run in that request; a reader finds no process for the id and shows none.
+    component_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    client_id: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    samples: Mapped[int] = mapped_column(Integer)
+    length_mismatches: Mapped[int] = mapped_column(Integer)
+    rerender_mismatches: Mapped[int] = mapped_column(Integer)
+    truncated: Mapped[int] = mapped_column(Integer)
+    counts: Mapped[dict] = mapped_column(JSON, default=dict)  # every count the hooks sent
+
+
+class SampleAuditSample(Base):
+    """One of the worst samples of an audited batch, with the token windows around its first
+    mismatch (token strings as the trainer's tokenizer decoded them: text, never markup)."""
+
+    __tablename__ = "sample_audit_samples"
+    __table_args__ = (Index("ix_sample_audit_samples_run_id_id", "run_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    audit_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("sample_audits.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    rank: Mapped[int] = mapped_column(Integer)  # 0 = the batch's worst
+    sample_index: Mapped[int] = mapped_column(Integer)
+    finish: Mapped[str] = mapped_column(String(16))
+    finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    n_ids: Mapped[int] = mapped_column(Integer)
+    n_rollout_logprobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    n_trainer_logprobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    length_mismatch: Mapped[bool] = mapped_column(Boolean)
+    prompt_len: Mapped[int] = mapped_column(Integer)
+    rendered_len: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rerender_first_diff: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    windows: Mapped[list] = mapped_column(JSON, default=list)

@@ -23,13 +23,25 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 VENV_PY = ROOT / ".venv" / "bin" / "python"
 PARITYWATCH = ROOT / ".venv" / "bin" / "paritywatch"
-MLFLOW_VENV = ROOT / ".venv-mlflow"
+# Built once and cached outside the clone by scripts/setup_mlflow_env.sh (same default and variable).
+MLFLOW_VENV = Path(os.environ.get("PARITYWATCH_MLFLOW_VENV") or Path.home() / ".cache" / "paritywatch" / "venv-mlflow")
 PG_ADMIN_URL = os.environ.get("PARITYWATCH_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 _T0 = time.monotonic()
+
+
+def allow_loopback_webhooks() -> None:
+    """What a bench that sends webhooks to its own loopback receiver needs from the server it
+    starts: loopback targets allowed, and a key for the sealed webhook secrets (without one the
+    server answers 503 secret_key_missing, as it should)."""
+    os.environ["PARITYWATCH_ALLOW_LOOPBACK_WEBHOOKS"] = "1"
+    if not os.environ.get("PARITYWATCH_SECRET_KEYS"):
+        from cryptography.fernet import Fernet
+
+        os.environ["PARITYWATCH_SECRET_KEYS"] = Fernet.generate_key().decode()
 
 
 def progress(msg: str) -> None:
@@ -117,13 +129,21 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 90.0) -> "Server":
-        import httpx
+        return self.launch().wait_ready(timeout)
 
+    def launch(self) -> "Server":
+        """Start the process and return at once (wait_ready() waits for its health check)."""
         self._log = open(self.log_path, "wb")
         # Own process group: stop() signals the server and its worker children, nothing else.
         self.proc = subprocess.Popen(
             self.argv, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
+        return self
+
+    def wait_ready(self, timeout: float = 90.0) -> "Server":
+        import httpx
+
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -184,30 +204,26 @@ def mlflow_version() -> str | None:
     return out.stdout.strip() or None
 
 
-def ensure_mlflow_venv(create: bool) -> bool:
-    """MLflow lives in its own venv (.venv-mlflow, git-ignored): it pins its own sqlalchemy/alembic.
-
-    Returns True when `.venv-mlflow/bin/mlflow` exists (creating it first when `create`).
-    """
-    if mlflow_bin().exists():
-        return True
-    if not create:
+def ensure_mlflow_venv() -> bool:
+    """MLflow lives in its own venv (it pins its own sqlalchemy/alembic), built once by
+    scripts/setup_mlflow_env.sh and cached; a cached one is reused in a second. Its progress goes to
+    stderr. True when `mlflow` is there afterwards (False: it could not be built, e.g. offline)."""
+    setup = ROOT / "scripts" / "setup_mlflow_env.sh"
+    progress(f"MLflow environment: {MLFLOW_VENV} (scripts/setup_mlflow_env.sh; built once, then cached)")
+    proc = subprocess.run(["bash", str(setup)], stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PARITYWATCH_MLFLOW_VENV": str(MLFLOW_VENV)})
+    if proc.returncode != 0 or not mlflow_bin().exists():
+        progress(f"scripts/setup_mlflow_env.sh failed with {proc.returncode}")
         return False
-    progress(f"creating {MLFLOW_VENV.name} (once, cached): python3 -m venv + pip install mlflow; a few minutes")
-    subprocess.run(["python3", "-m", "venv", str(MLFLOW_VENV)], check=True)
-    pip = subprocess.Popen([str(MLFLOW_VENV / "bin" / "pip"), "install", "--progress-bar", "off", "mlflow"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert pip.stdout is not None
-    for line in pip.stdout:
-        if line.startswith(("Collecting", "Successfully", "ERROR", "Installing")):
-            progress("pip: " + line.rstrip()[:160])
-    if pip.wait() != 0 or not mlflow_bin().exists():
-        raise RuntimeError("pip install mlflow into .venv-mlflow failed (see the lines above)")
-    progress(f"{MLFLOW_VENV.name} ready: mlflow {mlflow_version()}")
     return True
 
 
 def mlflow_server(store_dir: Path, workers: int | None = None) -> Server:
+    """MLflow's server on a fresh SQLite store: a copy of the migrated empty database the setup
+    script keeps (when there), so the start does not include MLflow's schema migrations."""
+    template = MLFLOW_VENV / "mlflow-template.db"
+    if template.is_file():
+        shutil.copyfile(template, store_dir / "mlflow.db")
     port = free_port()
     argv = [str(mlflow_bin()), "server", "--backend-store-uri", f"sqlite:///{store_dir}/mlflow.db",
             "--default-artifact-root", str(store_dir / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]

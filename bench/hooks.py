@@ -1,4 +1,4 @@
-"""Benchmark: the cost of `ParityMonitor.log()` inside a training loop (DESIGN.md: <= 10 us median).
+"""Benchmark: the cost of `ParityMonitor.log()` inside a training loop (docs/design.md: <= 10 us median).
 
 Starts `paritywatch serve` on a free port with a temporary SQLite file (or uses --url), builds a
 monitor, times every `log()` call of a tight loop, then checks every point reached the backend.
@@ -42,7 +42,7 @@ def start_backend(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     cli = ROOT / ".venv" / "bin" / "paritywatch"
-    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "backend.cli"]
+    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "paritywatch.backend.cli"]
     command += ["serve", "--db", f"sqlite:///{workdir / 'bench.db'}", "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -1,4 +1,5 @@
-"""Mismatch posted -> webhook received, and -> a waiting hook sees the pause (DESIGN.md: p99 < 1 s).
+"""Mismatch posted -> webhook received, and -> a waiting hook sees the pause (docs/design.md: p99 < 1 s).
+The webhook has no group wait (an alert group's first message otherwise waits for the rest of it).
 
 Each trial: a fresh run whose trainer registered the user's processor (custom chat template) and
 whose hook (a real ParityMonitor, long-polling the control state) is running; then a rollout
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, emit, median, paritywatch_server, percentile, progress, scratch_db  # noqa: E402
+from _common import ROOT, allow_loopback_webhooks, emit, median, paritywatch_server, percentile, progress, scratch_db  # noqa: E402
 
 import httpx  # noqa: E402
 
@@ -26,7 +27,7 @@ TARGET_S = 1.0
 
 
 def fingerprints() -> tuple[dict, dict]:
-    from demo.model_dir import build_model_dir, load_processor
+    from paritywatch.demo.model_dir import build_model_dir, load_processor
     from trainer_hooks.fingerprint import fingerprint_processor
 
     model_dir = build_model_dir(Path(tempfile.gettempdir()) / "paritywatch-bench-model")
@@ -91,7 +92,7 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     args = ap.parse_args()
     trials = args.trials or (10 if args.quick else 50)
-    os.environ["PARITYWATCH_ALLOW_LOOPBACK_WEBHOOKS"] = "1"
+    allow_loopback_webhooks()
     progress("fingerprinting the demo processors (custom and default chat template)")
     trainer_fp, worker_fp = fingerprints()
     hook_url, received, rx = receiver()
@@ -99,7 +100,8 @@ def main() -> None:
     paused_s: list[float] = []
     with scratch_db(args.db, "latency") as db_url, paritywatch_server(db_url) as srv, \
             httpx.Client(base_url=srv.url, timeout=10) as api, tempfile.TemporaryDirectory() as spool:
-        api.post("/api/v1/webhooks", json={"url": hook_url}).raise_for_status()
+        # No group wait: this measures the first message of a new incident, not the grouping delay.
+        api.post("/api/v1/webhooks", json={"url": hook_url, "events": ["alert.firing"], "group_wait_s": 0}).raise_for_status()
         for i in range(trials):
             w, p = trial(api, srv.url, i, trainer_fp, worker_fp, received, Path(spool))
             webhook_s.append(w)

@@ -14,7 +14,7 @@ For each database (fresh SQLite file, fresh scratch PostgreSQL database):
      the same bucket width and origin (min, max, last, count),
      median of 5 (--quick: 3), and the ratio reference / API read;
   5. checks the API's buckets against the reference (count, min, max, last per bucket).
-Target: median API read < 100 ms on both databases (DESIGN.md, Targets).
+Target: median API read < 100 ms on both databases (docs/design.md, Targets).
 Progress on stderr; the last stdout line is one JSON object.
 """
 from __future__ import annotations
@@ -78,8 +78,8 @@ def time_api(srv_url: str, run_id: int, reads: int) -> tuple[list[float], dict]:
 
 
 def time_store(db_url: str, run_id: int, reads: int) -> list[float]:
-    from backend.db import Database
-    from backend.store.metrics import MetricStore
+    from paritywatch.backend.db import Database
+    from paritywatch.backend.store.metrics import MetricStore
 
     db = Database(db_url)
     try:
@@ -104,8 +104,8 @@ def reference_group_by(db_url: str, run_id: int, origin: int, width: int, reps: 
     GROUP BY over it, and drops it."""
     from sqlalchemy import text
 
-    from backend.db import Database
-    from backend.store.metrics import decode_chunks
+    from paritywatch.backend.db import Database
+    from paritywatch.backend.store.metric_packing import decode_chunks
 
     db = Database(db_url)
     pg = db.dialect == "postgresql"

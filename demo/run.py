@@ -1,8 +1,16 @@
 """Orchestrates `paritywatch demo`: backend (unless --url), model directory, trainer + workers,
-progress in the terminal, one JSON summary line at the end."""
+the story in the terminal, one JSON summary line at the end.
+
+The story: a healthy async GRPO run trains for a few hundred steps; then an autoscaler adds a
+rollout worker that loads the processor by model name (TRL's processing_class bug); the
+alignment metrics jump on its batches, the alert fires and Paritywatch pauses the run.
+
+Stopping (Ctrl-C, SIGTERM, the end of --duration) ends every process the demo started: the
+workers first (they close their monitors), then the backend."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -15,10 +23,16 @@ from pathlib import Path
 
 import httpx
 
-from demo.model_dir import build_model_dir
-from demo.processes import Job, rollout_main, trainer_main
+from paritywatch.demo.model_dir import build_model_dir
+from paritywatch.demo.processes import RECORDS_QUEUE_SLOTS, Channels, Job, rollout_main, set_parent_death_signal, trainer_main
 
 PROJECT = "demo"
+JUMPING_KEY = "align/prompt_rerender_mismatch_frac"
+JOIN_AT_FRACTION = 0.75  # with --duration: the wrong worker joins by this share of it at the latest
+JOIN_DEADLINE_S = 120.0  # without: after this much training at the latest (a slow machine still shows the story)
+MIN_HEALTHY_STEPS = 100  # never earlier: the story needs healthy curves before the change
+MISMATCH_GRACE_S = 30.0  # after a pause by the alignment rule, how long to wait for the fingerprint's alert
+STOP_TIMEOUT_S = 20.0
 
 
 def log(msg: str) -> None:
@@ -28,15 +42,19 @@ def log(msg: str) -> None:
 def add_demo_command(sub) -> None:  # noqa: ANN001
     p = sub.add_parser("demo", help="run the dashboard with a simulated async GRPO run (the TRL bug)",
                        description=("Start the backend on SQLite and a simulated async GRPO run: one trainer and "
-                                    "several rollout-worker processes with a real tokenizer and a tiny random-weight "
-                                    "model. One worker loads the default processor (TRL's processing_class bug): "
-                                    "Paritywatch raises a processor_mismatch alert and pauses the run. --healthy "
-                                    "gives every worker the right processor."))
-    p.add_argument("--healthy", action="store_true", help="every worker uses the user's processor: no alert")
+                                    "rollout-worker processes with a real tokenizer and a tiny random-weight model. "
+                                    "It trains healthily, then an autoscaler adds a worker that loads the default "
+                                    "processor (TRL's processing_class bug): the alignment metrics jump, Paritywatch "
+                                    "raises the alerts and pauses the run. --healthy: no such worker, no alert."))
+    p.add_argument("--healthy", action="store_true", help="no wrong worker joins: no alert, the run ends finished")
     p.add_argument("--duration", type=float, default=None,
-                   help="stop after this many seconds and exit (default: run until Ctrl-C, dashboard stays up)")
-    p.add_argument("--workers", type=int, default=3, help="rollout worker processes (default 3)")
-    p.add_argument("--steps", type=int, default=500, help="trainer steps (default 500)")
+                   help="exit after this many seconds of training, or once the run is paused (default: run "
+                        "until the story is told, then keep the dashboard up until Ctrl-C)")
+    p.add_argument("--workers", type=int, default=2, help="healthy rollout worker processes (default 2)")
+    p.add_argument("--bad-worker-at", type=int, default=200, metavar="STEP",
+                   help=f"trainer step at which the wrong worker joins (default 200; earlier, though not before step "
+                        f"{MIN_HEALTHY_STEPS}, after {JOIN_DEADLINE_S:.0f} s of training or {JOIN_AT_FRACTION:.0%} of --duration)")
+    p.add_argument("--steps", type=int, default=2000, help="trainer steps (default 2000)")
     p.add_argument("--url", help="use a running backend instead of starting one")
     p.add_argument("--db", help="database URL for the started backend (default: ./paritywatch.db)")
     p.add_argument("--host", default="127.0.0.1")
@@ -46,139 +64,254 @@ def add_demo_command(sub) -> None:  # noqa: ANN001
 
 
 def main(args: argparse.Namespace) -> int:
-    server = None
-    url = args.url
-    if not url:
-        server, url = _start_server(args)
-    token = os.environ.get("PARITYWATCH_TOKEN")
-    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10)
-    procs: list = []
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    demo = Demo(args)
     try:
+        return demo.run()
+    except KeyboardInterrupt:
+        log("interrupted: stopping the demo's processes and backend")
+        return 130
+    finally:
+        with _stop_signals_ignored():  # a second Ctrl-C must not cut the cleanup short
+            demo.close()
+
+
+def _exit_on_sigterm(signum, frame) -> None:  # noqa: ANN001
+    raise SystemExit(128 + signum)  # unwinds through main's `finally`, which ends the children
+
+
+@contextlib.contextmanager
+def _stop_signals_ignored():
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.server: subprocess.Popen | None = None
+        self.procs: DemoProcesses | None = None
+        self.api: httpx.Client | None = None
+        self.joined_at: int | None = None
+
+    def run(self) -> int:
+        args = self.args
+        url = args.url or self._start_server()
+        token = os.environ.get("PARITYWATCH_TOKEN")
+        self.api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10)
         model_dir = Path(args.model_dir or Path.home() / ".cache" / "paritywatch" / "demo-model")
         log(f"building the tiny model and tokenizer in {model_dir} ...")
         build_model_dir(model_dir)
         run_name = f"async-grpo-{'healthy' if args.healthy else 'buggy'}-{datetime.now():%Y%m%d-%H%M%S}"
         job = Job(url=url, run=run_name, project=PROJECT, model_dir=str(model_dir), token=token)
-        procs = _start_processes(job, args)
-        log(f"run {PROJECT}/{run_name}: 1 trainer + {args.workers} rollout workers"
-            f"{'' if args.healthy else ' (the last one loads the processor by model name: the TRL bug)'}")
-        run_id = _wait_for_run(api, run_name)
+        self.procs = DemoProcesses(job, args)
+        self.procs.start()
+        log(f"run {PROJECT}/{run_name}: 1 trainer + {args.workers} rollout workers, training healthily"
+            + ("" if args.healthy else f"; at step {args.bad_worker_at} an autoscaler adds a worker that loads the "
+                                       "processor by model name (the TRL bug)"))
+        run_id = self._wait_for_run(run_name)
         dashboard = f"{url}/#/runs/{run_id}"
-        log(f"dashboard: {dashboard}")
-        summary = _watch(api, run_id, run_name, dashboard, procs, args.duration)
+        log(f"dashboard: {dashboard}  (the charts fill in live)")
+        ending = self._watch(run_id)
+        if ending != "paused":  # a clean end: the processes close, the run is `finished`
+            self.procs.stop()
+        summary = self._summary(run_id, run_name, dashboard)
+        if ending == "paused":
+            self._tell_what_to_click(dashboard, summary)
         print(json.dumps(summary), flush=True)
-        if args.duration is None and server is not None:
+        if args.duration is None and self.server is not None:
             log("the dashboard stays up; Ctrl-C to quit")
-            server.wait()
+            self.server.wait()
         return 0
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        _stop_processes(api, procs)
-        api.close()
-        if server is not None and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
+
+    def close(self) -> None:
+        if self.procs is not None:
+            self.procs.stop()
+        if self.api is not None:
+            self.api.close()
+        if self.server is not None and self.server.poll() is None:
+            self.server.send_signal(signal.SIGTERM)
             try:
-                server.wait(timeout=15)
+                self.server.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                server.kill()
+                self.server.kill()
+                self.server.wait()
 
-
-def _start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
-    url = f"http://{args.host}:{args.port}"
-    try:
-        httpx.get(f"{url}/healthz", timeout=1)
-        raise SystemExit(f"something already listens on {url}: stop it, or pass --url {url} to use it")
-    except httpx.HTTPError:
-        pass
-    cmd = [sys.executable, "-m", "backend.cli", "serve", "--host", args.host, "--port", str(args.port),
-           "--log-level", "warning"]
-    if args.db:
-        cmd += ["--db", args.db]
-    server = subprocess.Popen(cmd)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit("the backend failed to start (see above)")
+    # ------------------------------------------------------------------ the backend
+    def _start_server(self) -> str:
+        args = self.args
+        url = f"http://{args.host}:{args.port}"
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return server, url
+            httpx.get(f"{url}/healthz", timeout=1)
+            raise SystemExit(f"something already listens on {url}: stop it, or pass --url {url} to use it")
         except httpx.HTTPError:
-            time.sleep(0.2)
-    raise SystemExit("the backend did not answer within 60 s")
+            pass
+        cmd = [sys.executable, "-m", "paritywatch.backend.cli", "serve", "--host", args.host, "--port", str(args.port),
+               "--log-level", "warning"]
+        if args.db:
+            cmd += ["--db", args.db]
+        # Its own session: the terminal's Ctrl-C reaches the demo, which stops the backend last.
+        self.server = subprocess.Popen(cmd, start_new_session=True, preexec_fn=set_parent_death_signal)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.server.poll() is not None:
+                raise SystemExit("the backend failed to start (see above)")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise SystemExit("the backend did not answer within 60 s")
+
+    # ------------------------------------------------------------------ the run
+    def _wait_for_run(self, name: str) -> int:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            res = self.api.get("/api/v1/runs", params={"project": PROJECT})
+            res.raise_for_status()
+            for r in res.json()["runs"]:
+                if r["name"] == name:
+                    return r["id"]
+            if not self.procs.trainer.is_alive():
+                raise SystemExit("the demo's trainer exited before its run registered (see above)")
+            time.sleep(0.3)
+        raise SystemExit("the demo processes did not register within 180 s")
+
+    def _watch(self, run_id: int) -> str:
+        """Until the story is told ("paused"), the time is up ("duration") or the trainer ended."""
+        duration = self.args.duration
+        started = time.monotonic()
+        last_line = ""
+        paused_since = None
+        while True:
+            run = self.api.get(f"/api/v1/runs/{run_id}").json()
+            alerts = self.api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "open"}).json()["alerts"]
+            step = run["last_step"] or 0
+            elapsed = time.monotonic() - started
+            if self._should_join(step, elapsed):
+                self.procs.let_the_wrong_worker_join()
+                self.joined_at = step
+                log(f"step {step}: an autoscaler adds rollout worker {self.procs.late_worker_id}; it loads the "
+                    "processor by model name instead of the trainer's processing_class")
+            line = (f"step {step // 25 * 25:>5}+ | state {run['control']['state']:<8} | {len(run['components'])} processes"
+                    f" | {len(alerts)} open alert(s)" + "".join(f"\n    {a['severity']}: {a['title']}" for a in alerts))
+            if line != last_line:
+                log(line)
+                last_line = line
+            if self.joined_at is not None and run["control"]["state"] == "paused" and alerts:
+                # Told once both detectors spoke (whichever paused the run): the processor fingerprint's
+                # alert, and the wrong worker's batch in the alignment metrics (sent a flush later).
+                paused_since = paused_since or time.monotonic()
+                both = (any(a["kind"] == "processor_mismatch" for a in alerts)
+                        and self._first_misaligned_step(run_id) is not None)
+                if both or time.monotonic() - paused_since > MISMATCH_GRACE_S:
+                    return "paused"
+            if duration is not None and elapsed >= duration:
+                return "duration"
+            if not self.procs.trainer.is_alive():
+                return "trainer_done"
+            time.sleep(0.5)
+
+    def _should_join(self, step: int, elapsed: float) -> bool:
+        if self.procs.late is None or self.joined_at is not None:
+            return False
+        if step >= self.args.bad_worker_at:
+            return True
+        deadline = JOIN_DEADLINE_S if self.args.duration is None else JOIN_AT_FRACTION * self.args.duration
+        return step >= min(MIN_HEALTHY_STEPS, self.args.bad_worker_at) and elapsed >= deadline
+
+    def _summary(self, run_id: int, name: str, dashboard: str) -> dict:
+        run = self.api.get(f"/api/v1/runs/{run_id}").json()
+        alerts = self.api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"]
+        return {
+            "run": name,
+            "run_id": run_id,
+            "run_state": run["control"]["state"],
+            "alerts": [{"kind": a["kind"], "severity": a["severity"], "status": a["status"], "step": a["step"],
+                        "components": a["detail"].get("components", [])} for a in alerts],
+            "dashboard": dashboard,
+            "last_step": run["last_step"],
+            "bad_worker_joined_at_step": self.joined_at,
+            "first_misaligned_step": self._first_misaligned_step(run_id),
+        }
+
+    def _first_misaligned_step(self, run_id: int) -> int | None:
+        """The first step whose batch held the wrong worker's groups (None if none was scored)."""
+        if self.joined_at is None:
+            return None
+        res = self.api.get(f"/api/v1/runs/{run_id}/series",
+                           params={"key": JUMPING_KEY, "step_min": self.joined_at, "points": 4000})
+        if res.status_code != 200:
+            return None
+        b = res.json()["buckets"]
+        return next((step for step, high in zip(b["step"], b["max"]) if high > 0), None)
+
+    def _tell_what_to_click(self, dashboard: str, summary: dict) -> None:
+        log("")
+        log(f"Paritywatch paused the run at step {summary['last_step']}. Open {dashboard}")
+        log("  - the red banner: the new worker renders prompts with another chat template; "
+            "'Show diff' opens both templates side by side")
+        first = summary["first_misaligned_step"]
+        jump = f"jumps from 0 to 1 at step {first}, the first batch of its groups" if first is not None else "stays 0"
+        log(f"  - Metrics: {JUMPING_KEY} {jump} (the worker joined at step {self.joined_at}); "
+            "the ▼ above a chart marks an alert")
+        log("  - the run's controls: Resume or Stop it (this is what an on-call engineer decides)")
+        log("")
 
 
-def _start_processes(job: Job, args: argparse.Namespace) -> list:
-    ctx = mp.get_context("spawn")
-    records_q = ctx.Queue(maxsize=64)
-    weights_qs = [ctx.Queue(maxsize=2) for _ in range(args.workers)]
-    procs = [ctx.Process(target=trainer_main, args=(job, records_q, weights_qs, args.steps, 0), name="trainer", daemon=True)]
-    for i in range(args.workers):
-        buggy = not args.healthy and i == args.workers - 1
-        procs.append(ctx.Process(target=rollout_main, args=(job, f"worker-{i}", buggy, records_q, weights_qs[i], 100 + i),
-                                 name=f"rollout-{i}", daemon=True))
-    for p in procs:
-        p.start()
-    # Process.start() drops its args: keep the queues alive, or their semaphores vanish before
-    # the spawned children unpickle them.
-    procs[0].paritywatch_queues = (records_q, weights_qs)
-    return procs
+class DemoProcesses:
+    """The trainer, the healthy rollout workers and (unless --healthy) the wrong worker, which is
+    started with the others but held back until it joins: loading torch takes seconds on a busy
+    machine, and the story wants it to join at a chosen step."""
 
+    def __init__(self, job: Job, args: argparse.Namespace):
+        ctx = mp.get_context("spawn")
+        self.channels = Channels(records=ctx.Queue(maxsize=RECORDS_QUEUE_SLOTS), stop=ctx.Event())
+        n = args.workers + (0 if args.healthy else 1)
+        self.weights = [ctx.Queue(maxsize=2) for _ in range(n)]
+        self.trainer = ctx.Process(target=trainer_main, args=(job, self.channels, self.weights, args.steps, 0),
+                                   name="trainer", daemon=True)
+        self.workers = [ctx.Process(target=rollout_main, args=(job, f"worker-{i}", False, self.channels,
+                                                               self.weights[i], 100 + i),
+                                    name=f"rollout-{i}", daemon=True) for i in range(args.workers)]
+        self.late = self.join = None
+        self.late_worker_id = f"worker-{args.workers}"
+        if not args.healthy:
+            self.join = ctx.Event()
+            held = Channels(records=self.channels.records, stop=self.channels.stop, join=self.join)
+            self.late = ctx.Process(target=rollout_main, args=(job, self.late_worker_id, True, held, self.weights[-1], 100 + n),
+                                    name="rollout-autoscaled", daemon=True)
+        self.started: list = []
 
-def _wait_for_run(api: httpx.Client, name: str) -> int:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        runs = api.get("/api/v1/runs", params={"project": PROJECT}).json()["runs"]
-        for r in runs:
-            if r["name"] == name:
-                return r["id"]
-        time.sleep(0.3)
-    raise SystemExit("the demo processes did not register within 120 s")
+    def all(self) -> list:
+        return [self.trainer, *self.workers, *([self.late] if self.late else [])]
 
+    def start(self) -> None:
+        for p in self.all():
+            p.start()
+            self.started.append(p)
 
-def _watch(api: httpx.Client, run_id: int, name: str, dashboard: str, procs: list, duration: float | None) -> dict:
-    started = time.monotonic()
-    last_line = ""
-    while True:
-        run = api.get(f"/api/v1/runs/{run_id}").json()
-        alerts = api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "open"}).json()["alerts"]
-        line = (f"step {run['last_step'] or 0:>4} | state {run['control']['state']:<8} | "
-                f"{len(run['components'])} components | {len(alerts)} open alert(s)"
-                + (f" — {alerts[0]['title']}" if alerts else ""))
-        if line != last_line:
-            log(line)
-            last_line = line
-        trainer_done = not procs[0].is_alive()
-        if (duration is not None and time.monotonic() - started >= duration) or trainer_done:
-            return _summary(api, run_id, name, dashboard)
-        if duration is None and run["control"]["state"] == "paused" and alerts:
-            return _summary(api, run_id, name, dashboard)
-        time.sleep(1.0)
+    def let_the_wrong_worker_join(self) -> None:
+        self.join.set()
 
-
-def _summary(api: httpx.Client, run_id: int, name: str, dashboard: str) -> dict:
-    run = api.get(f"/api/v1/runs/{run_id}").json()
-    alerts = api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"]
-    return {
-        "run": name,
-        "run_id": run_id,
-        "run_state": run["control"]["state"],
-        "alerts": [{"kind": a["kind"], "severity": a["severity"], "status": a["status"],
-                    "components": a["detail"].get("components", [])} for a in alerts],
-        "dashboard": dashboard,
-    }
-
-
-def _stop_processes(api: httpx.Client, procs: list) -> None:
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    for p in procs:
-        p.join(timeout=10)
-        if p.is_alive():
-            p.kill()
-    if procs:
-        records_q, weights_qs = procs[0].paritywatch_queues
-        for q in (records_q, *weights_qs):
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Ask every process to close its monitor and leave; terminate the ones that do not."""
+        self.channels.stop.set()
+        deadline = time.monotonic() + timeout
+        for p in self.started:
+            p.join(timeout=max(0.1, deadline - time.monotonic()))
+        for p in self.started:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for q in (self.channels.records, *self.weights):
             q.close()
             q.cancel_join_thread()
+        self.started = []

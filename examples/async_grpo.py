@@ -16,8 +16,8 @@ Two hooks, one per side:
   tokenizer. With a custom chat template below, an affected TRL version raises a
   processor_mismatch alert on `chat_template` and Paritywatch pauses the run.
 
-Not run in CI (no GPU, no CUDA vLLM there); tests/integrations/test_examples_api.py checks every
-import, keyword argument and config field used here against the installed TRL.
+Not trained in CI (no GPU, no CUDA vLLM there): tests/integrations/test_examples_api.py runs this
+script on CPU up to `trainer.train()` against the installed TRL, with a tiny local model.
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _tiny_model() -> str:
-    from demo.model_dir import build_model_dir
+    from paritywatch.demo.model_dir import build_model_dir
 
     return str(build_model_dir(Path(os.environ.get("PARITYWATCH_EXAMPLE_MODEL", tempfile.gettempdir())) / "paritywatch-tiny-qwen2"))
 

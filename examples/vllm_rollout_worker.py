@@ -48,7 +48,7 @@ def main(argv=None) -> int:  # noqa: ANN001
     from vllm import LLM, SamplingParams
 
     from trainer_hooks import ParityMonitor
-    from trainer_hooks.integrations.vllm import records_from_request_outputs, register_llm
+    from trainer_hooks.integrations.vllm import records_from_request_outputs, register_llm, watch_llm_sampling
 
     extra = {"enforce_eager": True, "compilation_config": {"mode": 0}} if args.eager else {}
     llm = LLM(model=args.model, dtype=args.dtype, max_model_len=args.max_model_len, seed=0, **extra)
@@ -62,6 +62,7 @@ def main(argv=None) -> int:  # noqa: ANN001
                             worker_id=args.worker_id)
     try:
         register_llm(monitor, llm).result(timeout=60)  # the rollout's fingerprint reaches the backend
+        watch_llm_sampling(monitor, llm)  # and the sampling parameters each request is served with
         conversations = [[{"role": "user", "content": p}] for p in args.prompts]
         params = SamplingParams(n=args.num_generations, max_tokens=args.max_tokens, logprobs=0, seed=0)
         for step in range(args.steps):

@@ -1,72 +1,124 @@
 """A minimal receiver for Paritywatch's signed webhooks (Standard Webhooks scheme).
 
+    pip install standardwebhooks
     PARITYWATCH_WEBHOOK_SECRET=whsec_... python examples/webhook_receiver.py --port 9000
 
-Verifies `webhook-signature` (HMAC-SHA256 over "id.timestamp.body"), refuses stale timestamps
-(replay protection) and duplicate `webhook-id`s (a retried delivery), then prints the event.
-Standard library only, so it runs anywhere you want to page someone.
+Verifies `webhook-signature` with the `standardwebhooks` reference library (HMAC-SHA256 over
+"id.timestamp.body", timestamps older or newer than 5 minutes refused), then prints the event.
+Replays are refused across restarts: the `webhook-id`s seen in the last hour are kept in a small
+SQLite file (--state), so a retried delivery is acknowledged without being processed twice.
+
+Answers: 204 processed (or a known duplicate), 400 missing/malformed webhook headers or a body
+that is not JSON, 401 bad signature or stale timestamp, 411 no Content-Length, 413 body over
+--max-body bytes (never read).
 """
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import hmac
 import json
 import os
+import sqlite3
+import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import TextIO
 
-TOLERANCE_S = 300
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-
-def verify(secret: str, headers, body: bytes, now: float) -> None:  # noqa: ANN001
-    msg_id, ts, sigs = headers["webhook-id"], int(headers["webhook-timestamp"]), headers["webhook-signature"]
-    if abs(now - ts) > TOLERANCE_S:
-        raise ValueError("stale timestamp")
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    expected = "v1," + base64.b64encode(hmac.new(key, f"{msg_id}.{ts}.".encode() + body, hashlib.sha256).digest()).decode()
-    if not any(hmac.compare_digest(expected, s) for s in sigs.split()):
-        raise ValueError("bad signature")
+MAX_BODY = 1024 * 1024
+REMEMBER_S = 3600  # far longer than the 5-minute timestamp tolerance: older replays fail on time
+REQUIRED = ("webhook-id", "webhook-timestamp", "webhook-signature")
 
 
-def make_handler(secret: str):  # noqa: ANN201
-    seen: set[str] = set()
+class SeenIds:
+    """webhook-ids already processed, on disk: survives a restart of the receiver."""
+
+    def __init__(self, path: str):
+        self._db = sqlite3.connect(path, check_same_thread=False)
+        self._lock = threading.Lock()
+        self._db.execute("CREATE TABLE IF NOT EXISTS seen (id TEXT PRIMARY KEY, at REAL NOT NULL)")
+        self._db.commit()
+
+    def first_time(self, msg_id: str, now: float) -> bool:
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM seen WHERE at < ?", (now - REMEMBER_S,))
+            return self._db.execute("INSERT OR IGNORE INTO seen (id, at) VALUES (?, ?)", (msg_id, now)).rowcount == 1
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def make_server(secret: str, state_path: str, port: int = 9000, host: str = "127.0.0.1",
+                out: TextIO = sys.stdout, max_body: int = MAX_BODY) -> HTTPServer:
+    webhook = Webhook(secret)
+    seen = SeenIds(state_path)
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 10  # a client that sends its request slowly does not hold the receiver
+
         def do_POST(self):  # noqa: N802
-            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            length = self.headers.get("content-length")
+            if length is None or not length.isdigit():
+                return self._answer(411, "a Content-Length is required")
+            if int(length) > max_body:
+                self.close_connection = True
+                return self._answer(413, f"body over {max_body} bytes")
+            body = self.rfile.read(int(length))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            missing = [h for h in REQUIRED if not headers.get(h)]
+            if missing or not headers["webhook-timestamp"].isdigit():
+                return self._answer(400, f"missing or malformed header(s): {', '.join(missing) or 'webhook-timestamp'}")
             try:
-                verify(secret, self.headers, body, time.time())
-            except (KeyError, ValueError) as exc:
-                self.send_response(401)
-                self.end_headers()
-                print(f"refused: {exc}")
-                return
-            msg_id = self.headers["webhook-id"]
-            if msg_id not in seen:  # a retry of a delivered event is acknowledged, not re-processed
-                seen.add(msg_id)
+                webhook.verify(body, headers, json_parse=False)
+            except (WebhookVerificationError, ValueError) as exc:  # incl. malformed signatures, non-UTF-8
+                return self._answer(401, f"refused: {exc}")
+            try:
                 event = json.loads(body)
-                alert = event.get("data", {}).get("alert", {})
-                print(f"{event['type']}: {alert.get('severity', '')} {alert.get('title', '')}", flush=True)
-            self.send_response(204)
+            except ValueError:
+                return self._answer(400, "body is not JSON")
+            if seen.first_time(headers["webhook-id"], time.time()):  # a retry is acknowledged, not re-run
+                data = event.get("data") or {}
+                alert, run = data.get("alert") or {}, data.get("run") or {}
+                # alert.firing / alert.resolved are per group: their summary says how many and which
+                what = data.get("summary") or f"{alert.get('severity', '')} {alert.get('title', '')}".strip()
+                print(f"{event.get('type')}: {what or run.get('state', '')} {run.get('url', '')}".rstrip(),
+                      file=out, flush=True)
+            self._answer(204)
+
+        def _answer(self, status: int, reason: str = "") -> None:
+            if reason:
+                print(f"{status} {reason}", file=out, flush=True)
+            self.send_response(status)
+            self.send_header("content-length", "0")
             self.end_headers()
 
         def log_message(self, *args):
             pass
 
-    return Handler
+    server = HTTPServer((host, port), Handler)
+    server.seen = seen  # closed with the server by the caller
+    return server
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=9000)
     ap.add_argument("--secret", default=os.environ.get("PARITYWATCH_WEBHOOK_SECRET"))
+    ap.add_argument("--state", default="webhook-receiver-seen.sqlite", help="where seen webhook-ids are kept")
+    ap.add_argument("--max-body", type=int, default=MAX_BODY)
     args = ap.parse_args()
     if not args.secret:
         raise SystemExit("pass --secret or set PARITYWATCH_WEBHOOK_SECRET (shown once when the webhook was created)")
-    print(f"listening on http://127.0.0.1:{args.port}/")
-    HTTPServer(("127.0.0.1", args.port), make_handler(args.secret)).serve_forever()
+    server = make_server(args.secret, args.state, args.port, max_body=args.max_body)
+    print(f"listening on http://127.0.0.1:{args.port}/", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        server.seen.close()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""Alembic environment: the URL comes from backend.migrate (settings or --db), never a .ini."""
+"""Alembic environment: the URL comes from paritywatch.backend.migrate (settings or --db), never a .ini."""
 from __future__ import annotations
 
 from alembic import context
 
-from backend.db import make_engine
-from backend.models import Base
+from paritywatch.backend.db import make_engine
+from paritywatch.backend.models import Base
 
 config = context.config
 target_metadata = Base.metadata

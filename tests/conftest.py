@@ -11,9 +11,13 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from backend import migrate
-from backend.db import Database
-from backend.models import Base
+from paritywatch.backend import migrate
+from paritywatch.backend.db import Database
+from paritywatch.backend.models import Base
+
+# Webhook secrets are stored encrypted (backend/webhooks/secrets.py): servers started by tests,
+# in this process or as subprocesses, share one throwaway key.
+os.environ.setdefault("PARITYWATCH_SECRET_KEYS", "hbLq1eH2UQd3m5rFWC2p1gTQyqB8aYy4wuXj2wq6aEw=")
 
 PG_ADMIN_URL = os.environ.get("PARITYWATCH_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -30,7 +34,7 @@ def postgresql_url():
     if PG_ADMIN_URL == "skip":
         pytest.skip("PostgreSQL tests disabled by PARITYWATCH_TEST_PG_URL=skip")
     name = f"paritywatch_test_{uuid.uuid4().hex[:10]}"
-    # pre_ping: a fault test restarts PostgreSQL mid-session; the DROP at the end must still work.
+    # pre_ping: a dropped connection (a busy server) must not fail the DROP at the end.
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))

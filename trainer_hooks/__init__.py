@@ -5,8 +5,9 @@
     monitor.register_processor(tokenizer, generation_config=model.generation_config)
     monitor.log({"loss": 0.3}, step=10)                       # enqueue only: never blocks, never raises
     monitor.wait_if_paused()                                   # at a step boundary
+    monitor.attest_weights(model, version=step)                # each weight sync, on both sides
 
-Imports only the standard library and httpx; transformers / torch / vllm load lazily.
+Imports only the standard library, httpx and urllib3; transformers / torch / vllm load lazily.
 """
 from __future__ import annotations
 

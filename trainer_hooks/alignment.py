@@ -1,6 +1,6 @@
 """Per-batch alignment metrics between a rollout's view of a batch and the trainer's.
 
-The metric names are part of the API (DESIGN.md, "Per-batch alignment metrics").
+The metric names are part of the API (docs/design.md, "Alignment metrics").
 Two kinds of checks live here:
 
 * token checks that need the trainer's processor (re-render, decode, eos, vocab). They are the only
@@ -18,7 +18,7 @@ Usage::
     monitor.log(metrics, step)
 
 Performance: the numeric part (lists or arrays in, padding included, metrics dict out) is the part
-DESIGN.md's "< 10 ms for 64 x 1,024 tokens" target covers; ``bench/alignment.py`` measures it.
+docs/design.md's "< 10 ms for 64 x 1,024 tokens" target covers; ``bench/alignment.py`` measures it.
 The re-render and decode checks run the tokenizer and cost what the tokenizer costs; they are
 de-duplicated per batch (GRPO repeats each prompt ``num_generations`` times) and decoded in one
 batched call.
@@ -76,8 +76,9 @@ def compute_alignment_metrics(
     trainer_policy_version: int | None = None,
     is_clip: float = 2.0,
     backend: str | None = None,
+    rendered: Sequence[list[int] | None] | None = None,
 ) -> dict[str, float]:
-    """Compute DESIGN.md's alignment metrics for one batch; metrics that cannot be computed are omitted.
+    """Compute docs/design.md's alignment metrics for one batch; metrics that cannot be computed are omitted.
 
     ``trainer_logprobs``: per record a list/array of the trainer's log-probs of the completion
     tokens (``None`` for a record it did not score), or one ``[batch, T]`` array/tensor,
@@ -87,14 +88,16 @@ def compute_alignment_metrics(
     ``completion_text`` with ``processor.decode(ids, skip_special_tokens=True)``.
     ``backend``: "numpy" or "torch" to force one; by default torch when the trainer's log-probs
     are a tensor (they stay on their device), else numpy, else torch.
+    ``rendered``: ``render_prompts(records, processor)`` when the caller has it already (the
+    per-sample audit uses the same renders).
     """
     records = list(records)
     if not records:
         return {}
-    tokenizer = _tokenizer_of(processor)
+    tokenizer = tokenizer_of(processor)
     metrics: dict[str, float] = {}
     if processor is not None:
-        metrics.update(_rerender_metrics(records, processor))
+        metrics.update(_rerender_metrics(records, rendered if rendered is not None else render_prompts(records, processor)))
         metrics.update(_decode_metrics(records, tokenizer, rollout_decode))
         metrics.update(_out_of_vocab_metrics(records, tokenizer))
     metrics.update(_eos_metrics(records, tokenizer, rollout_eos_ids, trainer_eos_ids))
@@ -107,26 +110,35 @@ def compute_alignment_metrics(
 # ---------------------------------------------------------------- token checks (need the processor)
 
 
-def _tokenizer_of(processor: Any) -> Any:
+def tokenizer_of(processor: Any) -> Any:
     # Multimodal processors wrap the tokenizer; decode/vocab/eos live on it.
     return getattr(processor, "tokenizer", None) or processor
 
 
-def _rerender_metrics(records: list[RolloutRecord], processor: Any) -> dict[str, float]:
-    rendered: dict[str, list[int] | None] = {}  # one render per distinct prompt in the batch
-    checked = mismatched = 0
-    first_diffs: list[int] = []
+def render_prompts(records: Sequence[RolloutRecord], processor: Any) -> list[list[int] | None]:
+    """Per record, the trainer's render of its messages (None: no messages, or the template failed).
+    One render per distinct prompt: GRPO repeats each prompt `num_generations` times."""
+    cache: dict[str, list[int] | None] = {}
+    out: list[list[int] | None] = []
     for record in records:
         if not record.messages:
+            out.append(None)
             continue
         key = _render_key(record)
-        if key not in rendered:
-            rendered[key] = _render(processor, record)
-        trainer_ids = rendered[key]
+        if key not in cache:
+            cache[key] = _render(processor, record)
+        out.append(cache[key])
+    return out
+
+
+def _rerender_metrics(records: list[RolloutRecord], rendered: Sequence[list[int] | None]) -> dict[str, float]:
+    checked = mismatched = 0
+    first_diffs: list[int] = []
+    for record, trainer_ids in zip(records, rendered):
         if trainer_ids is None:
             continue
         checked += 1
-        diff = _first_diff(list(record.prompt_ids), trainer_ids)
+        diff = first_diff(list(record.prompt_ids), trainer_ids)
         if diff is not None:
             mismatched += 1
             first_diffs.append(diff)
@@ -170,7 +182,7 @@ def _as_id_list(out: Any) -> list[int]:
     return [int(i) for i in out]
 
 
-def _first_diff(a: list[int], b: list[int]) -> int | None:
+def first_diff(a: list[int], b: list[int]) -> int | None:
     """First index where the two id lists differ (the shorter length if one is a prefix); None if equal."""
     if a == b:
         return None
@@ -240,7 +252,7 @@ def _eos_metrics(
     rollout_eos_ids: Iterable[int] | None,
     trainer_eos_ids: Iterable[int] | None,
 ) -> dict[str, float]:
-    trainer_eos = _trainer_eos_set(tokenizer, trainer_eos_ids)
+    trainer_eos = trainer_eos_set(tokenizer, trainer_eos_ids)
     if trainer_eos is None:
         return {}
     rollout_eos = set(rollout_eos_ids) if rollout_eos_ids is not None else None
@@ -257,7 +269,7 @@ def _eos_metrics(
     return {"align/eos_disagreement_frac": disagreed / checked} if checked else {}
 
 
-def _trainer_eos_set(tokenizer: Any, trainer_eos_ids: Iterable[int] | None) -> set[int] | None:
+def trainer_eos_set(tokenizer: Any, trainer_eos_ids: Iterable[int] | None) -> set[int] | None:
     if trainer_eos_ids is not None:
         return set(trainer_eos_ids)
     eos = getattr(tokenizer, "eos_token_id", None)

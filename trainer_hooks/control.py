@@ -7,14 +7,12 @@ keeps training (fail-open) unless the monitor was built with `fail_closed=True`.
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any, Callable, Mapping
 
-from .transport import Backoff, LogOnce, Transport, TransportError
-
-log = logging.getLogger("paritywatch")
+from .logs import LogOnce, log
+from .transport import Backoff, Transport, TransportError
 
 STOP_STATES = frozenset({"stopping", "stopped"})
 

@@ -22,44 +22,27 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import functools
-import hashlib
-import logging
 import os
 import socket
 import threading
 import time
 import weakref
-from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
+from . import contract
 from .control import ControlPoller, ControlState
+from .health import BackendHealth
+from .logs import LogOnce, log
+from .records import record_problem
+from .registry import ComponentKey, Registry, RunKey
+from .settings import HookSettings
 from .spool import Spool
-from .transport import LogOnce, Transport, TransportConfig, TransportError
-from .worker import ComponentKey, Registry, RunKey, Worker
+from .transport import Transport, TransportConfig, TransportError
+from .worker import Worker
 
-log = logging.getLogger("paritywatch")
-
-DEFAULT_URL = "http://127.0.0.1:8321"
-SIDES = ("trainer", "rollout")
+SIDES = contract.SIDES
 _T = TypeVar("_T")
 _LIVE: "weakref.WeakSet[ParityMonitor]" = weakref.WeakSet()
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _default_worker_id(side: str) -> str:
-    rank = os.environ.get("RANK")
-    if rank is not None:
-        return f"{side}-rank{rank}"
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _default_spool_dir(url: str) -> Path:
-    """One directory per backend URL: leftovers are only ever replayed to where they were headed."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "paritywatch" / "spool" / hashlib.sha1(url.encode()).hexdigest()[:12]
 
 
 def _guarded(default: Any) -> Callable[[Callable[..., _T]], Callable[..., _T]]:
@@ -85,8 +68,18 @@ class ParityMonitor:
     """Metrics, fingerprints, heartbeats and run control for one process of a run.
 
     `run` is a run name (created or reused within `project`) or the int id of an existing run.
-    Defaults come from PARITYWATCH_URL, PARITYWATCH_TOKEN, PARITYWATCH_RUN, PARITYWATCH_PROJECT,
-    PARITYWATCH_WORKER_ID and PARITYWATCH_SPOOL_DIR; PARITYWATCH_DISABLED=1 makes it a no-op.
+    Arguments left out come from the environment (`trainer_hooks.settings.HookSettings`):
+    PARITYWATCH_URL, PARITYWATCH_TOKEN, PARITYWATCH_RUN, PARITYWATCH_PROJECT, PARITYWATCH_WORKER_ID,
+    PARITYWATCH_SPOOL_DIR, PARITYWATCH_FAIL_CLOSED; PARITYWATCH_DISABLED=1 makes it a no-op.
+
+    When the backend cannot be reached the monitor says so on stderr at once (a WARNING through
+    the "paritywatch" logger), then at most once a minute while it lasts: the run is unprotected,
+    since no pause or stop can reach it. `healthy` and `stats()` show the same. Training goes on
+    (fail-open) unless `fail_closed=True`: then `wait_if_paused()` holds the loop until the
+    backend answers, the way to refuse to train unmonitored.
+
+    `packs=["verl"]` enables framework metric packs for the run (rules on that framework's own
+    mismatch metrics at its documented levels; `GET /api/v1/packs` lists them).
     """
 
     def __init__(
@@ -98,7 +91,7 @@ class ParityMonitor:
         token: str | None = None,
         project: str | None = None,
         worker_id: str | None = None,
-        fail_closed: bool = False,
+        fail_closed: bool | None = None,
         spool_dir: str | os.PathLike[str] | None = None,
         max_queue: int = 100_000,
         flush_interval_s: float = 1.0,
@@ -111,7 +104,10 @@ class ParityMonitor:
         atexit_timeout_s: float = 2.0,
         tags: Mapping[str, str] | None = None,
         config: Mapping[str, Any] | None = None,
+        packs: Sequence[str] | None = None,
         enabled: bool | None = None,
+        audit_top_k: int = contract.AUDIT_DEFAULT_TOP_K,
+        audit_window: int = contract.AUDIT_DEFAULT_WINDOW,
     ) -> None:
         # Wrong arguments fail here, loudly, never later inside a training step.
         if side not in SIDES:
@@ -120,29 +116,45 @@ class ParityMonitor:
             raise TypeError(f"run must be a run name (str) or run id (int), not {type(run).__name__}")
         if max_queue < 1 or flush_interval_s <= 0:
             raise ValueError("max_queue must be >= 1 and flush_interval_s > 0")
+        packs = _check_packs(packs, run)
+        if not 0 <= audit_top_k <= contract.AUDIT_MAX_SAMPLES or not 0 <= audit_window <= contract.AUDIT_MAX_WINDOW:
+            raise ValueError(f"audit_top_k must be in [0, {contract.AUDIT_MAX_SAMPLES}] and audit_window "
+                             f"in [0, {contract.AUDIT_MAX_WINDOW}]")
         self._init_args = dict(locals())
         del self._init_args["self"]
+        self._settings = settings = HookSettings.from_env()
         self.side = side
-        self.url = (url or os.environ.get("PARITYWATCH_URL") or DEFAULT_URL).rstrip("/")
-        self.enabled = (not _env_flag("PARITYWATCH_DISABLED")) if enabled is None else enabled
-        self.fail_closed = fail_closed
+        self.url = (url or settings.url).rstrip("/")
+        self.enabled = (not settings.disabled) if enabled is None else enabled
+        self.fail_closed = settings.fail_closed if fail_closed is None else fail_closed
         self.atexit_timeout_s = atexit_timeout_s
-        self._explicit_worker_id = worker_id or os.environ.get("PARITYWATCH_WORKER_ID")
+        self._explicit_worker_id = worker_id or settings.worker_id
         self._internal_errors = 0
         self._log_once = LogOnce()
         self._closed = False
         self._last_step = 0
         self._processor: Any = None
+        self._audit_top_k, self._audit_window = audit_top_k, audit_window
+        # The fingerprint as posted = the processor's (registered) + the sampling_params component
+        # (reported, maybe later: a process without it yet is "not comparable", never a mismatch).
+        self._fingerprint_lock = threading.Lock()
+        self._processor_fingerprint: dict[str, Any] | None = None
+        self._sampling: tuple[dict[str, Any], dict[str, Any]] | None = None
+        # Processor fingerprints still being computed: sampling waits for them rather than post a
+        # sampling-only fingerprint that the processor's replaces a moment later.
+        self._fingerprints_in_flight = 0
         self._pid = os.getpid()
-        self._run_key = self._resolve_run_key(run, project)
-        self._transport_config = TransportConfig(
-            url=self.url, token=token or os.environ.get("PARITYWATCH_TOKEN"), timeout_s=request_timeout_s
-        )
-        self._spool_dir = Path(spool_dir or os.environ.get("PARITYWATCH_SPOOL_DIR") or _default_spool_dir(self.url))
+        self._run_key = self._resolve_run_key(run, project or settings.project)
+        self._transport_config = TransportConfig(url=self.url, token=token or settings.token,
+                                                 timeout_s=request_timeout_s)
+        self._spool_dir = settings.spool_directory(self.url, spool_dir)
         self._spool_max_bytes = spool_max_bytes
-        self._registry = Registry(self._run_key, self._component_key(), dict(tags or {}), dict(config or {}))
-        self._control = ControlState(fail_closed=fail_closed)
+        self._registry = Registry(self._run_key, self._component_key(), dict(tags or {}), dict(config or {}), packs)
+        self._control = ControlState(fail_closed=self.fail_closed)
+        self._health = BackendHealth(self.url, fail_closed=self.fail_closed, spool_dir=self._spool_dir,
+                                     on_change=self._control.set_reachable)
         self._worker = Worker(
+            backend=self.url,
             transport_factory=self._new_transport,
             registry=self._registry,
             spool_factory=self._new_spool,
@@ -166,12 +178,10 @@ class ParityMonitor:
 
     # ------------------------------------------------------------ construction helpers
 
-    @staticmethod
-    def _resolve_run_key(run: str | int | None, project: str | None) -> RunKey:
-        project = project or os.environ.get("PARITYWATCH_PROJECT") or "default"
+    def _resolve_run_key(self, run: str | int | None, project: str) -> RunKey:
         if isinstance(run, int):
             return RunKey(run_id=run, project=project)
-        name = run or os.environ.get("PARITYWATCH_RUN")
+        name = run or self._settings.run
         if not name:
             name = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}"
             log.warning("paritywatch: no run name given (run= or PARITYWATCH_RUN); using %r. "
@@ -179,14 +189,20 @@ class ParityMonitor:
         return RunKey(name=name, project=project)
 
     def _component_key(self) -> ComponentKey:
-        worker_id = self._explicit_worker_id or _default_worker_id(self.side)
+        worker_id = self._explicit_worker_id or self._default_worker_id()
         return ComponentKey(self.side, worker_id, socket.gethostname(), os.getpid())
 
+    def _default_worker_id(self) -> str:
+        if self._settings.rank is not None:
+            return f"{self.side}-rank{self._settings.rank}"
+        return f"{socket.gethostname()}-{os.getpid()}"
+
     def _new_transport(self) -> Transport:
-        return Transport(self._transport_config)
+        return Transport(self._transport_config, observer=self._health.observe)
 
     def _new_spool(self, owner: str) -> Spool:
-        return Spool(self._spool_dir, owner, max_bytes=self._spool_max_bytes)
+        return Spool(self._spool_dir, owner, max_bytes=self._spool_max_bytes,
+                     accept=lambda record: record_problem(record, self.url))
 
     def _start_threads(self) -> None:
         self._worker.start()
@@ -198,9 +214,11 @@ class ParityMonitor:
         The parent's queued points stay the parent's to send."""
         self._pid = os.getpid()
         self._log_once = LogOnce()
+        self._fingerprints_in_flight = 0  # the parent's fingerprinting threads are not in this process
         self._registry.after_fork(self._component_key())
         self._worker.reset_after_fork()
         self._control.reset_after_fork()
+        self._health.reset_after_fork()
         self._poller.reset_after_fork()
         _register_fork_finalizer(self)
         if self.enabled and not self._closed:
@@ -224,28 +242,46 @@ class ParityMonitor:
     # ------------------------------------------------------------ processors and rollouts
 
     @_guarded(default=None)
-    def register_processor(self, processor: Any, generation_config: Any = None) -> "concurrent.futures.Future[dict[str, Any]]":
+    def register_processor(self, processor: Any, generation_config: Any = None, *,
+                           chat_template_kwargs: Mapping[str, Any] | None = None,
+                           ) -> "concurrent.futures.Future[dict[str, Any]]":
         """Fingerprint `processor` on a background thread and send it to the backend.
+        `chat_template_kwargs`: the template variables this process renders prompts with (e.g.
+        `{"enable_thinking": False}`); the chat probes are rendered with them.
         Returns a Future of the fingerprint (its exception if fingerprinting failed)."""
         self._processor = processor
+        with self._fingerprint_lock:
+            self._fingerprints_in_flight += 1
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        thread = threading.Thread(target=self._fingerprint_in_background, args=(processor, generation_config, future),
+        thread = threading.Thread(target=self._fingerprint_in_background,
+                                  args=(processor, generation_config, future, chat_template_kwargs),
                                   name="paritywatch-fingerprint", daemon=True)
         thread.start()
         return future
 
     def _fingerprint_in_background(self, processor: Any, generation_config: Any,
-                                   future: "concurrent.futures.Future[dict[str, Any]]") -> None:
+                                   future: "concurrent.futures.Future[dict[str, Any]]",
+                                   chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         try:
             from .fingerprint import fingerprint_processor  # lazy: may import transformers
 
-            fingerprint = fingerprint_processor(processor, generation_config)
+            fingerprint = fingerprint_processor(processor, generation_config, chat_template_kwargs=chat_template_kwargs)
             self.register_fingerprint(fingerprint)
             future.set_result(fingerprint)
         except Exception as exc:
             self._internal_errors += 1
             self._log_once.warning(("fingerprint", type(exc)), "paritywatch: could not fingerprint the processor: %r", exc)
             future.set_exception(exc)
+        finally:
+            self._fingerprint_done()
+
+    def _fingerprint_done(self) -> None:
+        """A processor fingerprint finished (or failed): post sampling held back for it, if nothing has."""
+        with self._fingerprint_lock:
+            self._fingerprints_in_flight -= 1
+            held = self._processor_fingerprint is None and self._sampling is not None
+            if held and self._fingerprints_in_flight == 0 and self.enabled and not self._closed:
+                self._worker.submit_fingerprint(self._fingerprint_to_post())
 
     @_guarded(default=False)
     def register_fingerprint(self, fingerprint: Mapping[str, Any]) -> bool:
@@ -256,19 +292,199 @@ class ParityMonitor:
             raise ValueError("fingerprint has no 'digest'")
         if self._pid != os.getpid():
             self._after_fork()
-        self._worker.submit_fingerprint(dict(fingerprint))
+        with self._fingerprint_lock:
+            self._processor_fingerprint = dict(fingerprint)
+            self._worker.submit_fingerprint(self._fingerprint_to_post())
         return True
 
     @_guarded(default=False)
-    def log_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
-                          step: int | None = None) -> bool:
-        """Compute the per-batch alignment metrics (docs: DESIGN.md) and log them.
-        Runs on the caller's thread (a few ms for 64 x 1,024 tokens); never raises."""
-        from .alignment import compute_alignment_metrics  # lazy: may import numpy / torch
+    def report_sampling_params(self, params: Any = None, *, logprobs_mode: str | None = None,
+                               source: str = "manual", filled_from_generation_config: Any = (),
+                               **overrides: Any) -> bool:
+        """Report how this process samples (rollout) or scores (trainer) tokens: the
+        `sampling_params` component of its fingerprint (docs/fingerprint.md, "Sampling parameters").
 
+        Rollout: the parameters requests were really served with, after the engine filled its
+        defaults (the integrations do this: `integrations.vllm.watch_llm_sampling`,
+        `openai_server.report_request_sampling`, `transformers_generate.report_generate_sampling`).
+        Report the requests whose samples are trained on.
+        Trainer: what the log-prob recompute assumes: its temperature, and top_p/top_k/min_p only if
+        it masks the logits the same way (TRL's recompute does not); `logprobs_mode="processed"`
+        when it scores at that temperature.
+
+        `params`: a mapping, a vLLM `SamplingParams` or a transformers `GenerationConfig`; keyword
+        `overrides` (temperature=0.6, top_k=20...) go on top. `logprobs_mode`: "raw"/"processed" (or
+        vLLM's names), None when not known. Cheap enough for every request: the fingerprint is
+        re-posted only when the normalised values change (the latest report wins).
+        Returns False when disabled or closed (and when the values could not be read).
+        """
+        from .fingerprint.sampling import read_params, sampling_value
+
+        if not self.enabled or self._closed:
+            return False
+        value = sampling_value(params, logprobs_mode=logprobs_mode, **overrides)
+        env = {"sampling": {"source": source, "filled_from_generation_config": sorted(filled_from_generation_config),
+                            "as_given": _plain_values({**read_params(params), **overrides})}}
+        if self._pid != os.getpid():
+            self._after_fork()
+        with self._fingerprint_lock:
+            if self._sampling is not None and self._sampling[0] == value:
+                return True
+            self._sampling = (value, env)
+            if self._processor_fingerprint is not None or self._fingerprints_in_flight == 0:
+                self._worker.submit_fingerprint(self._fingerprint_to_post())
+        return True
+
+    def _fingerprint_to_post(self) -> dict[str, Any]:
+        """The processor fingerprint with the sampling component, or that component alone while no
+        processor is registered (kind "sampling"). Called under `_fingerprint_lock`."""
+        from .fingerprint.core import assemble, with_component
+
+        base = self._processor_fingerprint
+        if self._sampling is None:
+            return dict(base or {})
+        value, env = self._sampling
+        if base is None:
+            return assemble("sampling", {contract.SAMPLING_PARAMS_COMPONENT: value}, env)
+        return with_component(base, contract.SAMPLING_PARAMS_COMPONENT, value, env)
+
+    @_guarded(default=False)
+    def log_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
+                          step: int | None = None, *, audit: bool = True) -> bool:
+        """Compute the per-batch alignment metrics (docs/design.md, "Alignment metrics") and log them;
+        with `audit` (the default) also send the batch's per-sample audit (`audit_rollout_batch`),
+        rendering each prompt once for both. Runs on the caller's thread (a few ms for 64 x 1,024
+        tokens, plus what the processor's renders cost); never raises."""
+        from .alignment import compute_alignment_metrics, render_prompts  # lazy: may import numpy / torch
+
+        records = list(records)
         processor = processor if processor is not None else self._processor
-        metrics = compute_alignment_metrics(records, processor, trainer_logprobs=trainer_logprobs)
-        return self.log(metrics, self._last_step if step is None else step)
+        step = self._last_step if step is None else step
+        rendered = render_prompts(records, processor) if processor is not None else None
+        metrics = compute_alignment_metrics(records, processor, trainer_logprobs=trainer_logprobs, rendered=rendered)
+        self.add_samples(len(records))
+        logged = self.log(metrics, step)
+        if audit:
+            self.audit_rollout_batch(records, processor, trainer_logprobs, step, rendered=rendered)
+        return logged
+
+    @_guarded(default=False)
+    def audit_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
+                            step: int | None = None, *, trainer_eos_ids: Any = None, rendered: Any = None) -> bool:
+        """Audit each sample of a rollout batch (length parity of ids and log-probs, first
+        re-render mismatch, finish reason; trainer_hooks/audit.py) and queue the batch's counts
+        with its `audit_top_k` worst samples for the worker thread to post. `trainer_eos_ids`:
+        what counts as eos (default: the processor's eos id). Never blocks on the network, never
+        raises; False when disabled or closed."""
+        from .audit import audit_batch
+
+        if not self.enabled or self._closed:
+            return False
+        if self._pid != os.getpid():
+            self._after_fork()
+        processor = processor if processor is not None else self._processor
+        audit = audit_batch(records, processor, trainer_logprobs=trainer_logprobs, trainer_eos_ids=trainer_eos_ids,
+                            step=contract.step_value(self._last_step if step is None else step),
+                            top_k=self._audit_top_k, window=self._audit_window, rendered=rendered)
+        self._worker.submit_audit(audit)
+        return True
+
+    # ------------------------------------------------------------ progress (the workers view)
+
+    @_guarded(default=None)
+    def set_policy_version(self, version: int) -> None:
+        """The weights version this process works with: the trainer calls it with the version it
+        just published, a rollout worker with the version it now serves. Heartbeats carry it (a
+        new one beats within a few seconds), and the dashboard shows each worker's lag behind the
+        trainer. An int in [0, 2**53]; anything else is logged once and ignored. Never blocks."""
+        if not self.enabled or self._closed:
+            return
+        if self._pid != os.getpid():
+            self._after_fork()
+        self._worker.set_policy_version(version)
+
+    @_guarded(default=None)
+    def add_samples(self, n: int) -> None:
+        """Count `n` samples (rollouts) this process produced: heartbeats report samples/s.
+        `log_rollout_batch` counts its records itself."""
+        if not self.enabled or self._closed:
+            return
+        if self._pid != os.getpid():
+            self._after_fork()
+        self._worker.add_samples(n)
+
+    # ------------------------------------------------------------ weight sync
+
+    @_guarded(default=None)
+    def attest_weights(self, model_or_state_dict: Any, version: int, *, mode: str = "full",
+                       algo: str = "", threads: int = 0, block_bytes: int | None = None,
+                       chunk_bytes: int | None = None, chunks: int | None = None) -> dict[str, Any] | None:
+        """Attest the weights this process holds for `version` (docs/design.md, "Weight-sync
+        attestation"): the trainer right before it sends them, each rollout worker right after it
+        loaded them. `model_or_state_dict`: a module (its state_dict), a mapping or an iterable of
+        (name, tensor) pairs: the tensors as sent (after any cast or gather). `version`: an int
+        that grows with every sync (the trainer's step). `mode="sampled"` hashes a fixed number of
+        chunks per tensor (for very large models; both sides must use the same settings).
+
+        The digests are computed on the caller's thread, because the bytes must be read before the
+        next optimizer step changes them (about 1 GB/s per core with xxhash; bench/attest.py); the
+        upload is queued like a fingerprint and never blocks or raises. Returns the attestation
+        without its tensor list (None if it could not be computed)."""
+        from .attest import digest_weights
+
+        if not self.enabled or self._closed:
+            return None
+        attestation = digest_weights(model_or_state_dict, version, _attest_options(
+            mode=mode, algo=algo, threads=threads, block_bytes=block_bytes, chunk_bytes=chunk_bytes, chunks=chunks))
+        return self._submit_attestation(attestation)
+
+    def attest_stream(self, named_tensors: Iterable[tuple[str, Any]], version: int, **options: Any,
+                      ) -> Iterator[tuple[str, Any]]:
+        """Yield `named_tensors` unchanged, hashing each tensor on the way; once they are all through,
+        the attestation is queued. For syncs that stream their tensors (gathered one at a time
+        under ZeRO-3 / FSDP): wrap the iterator the sync sends, so nothing is gathered twice::
+
+            client.update_named_params(metadata, monitor.attest_stream(named_params(), version=step))
+
+        `options` as for `attest_weights`. A failure to hash stops the attestation (counted, logged
+        once), never the stream."""
+        digest = self._stream_digest(version, options)
+        hashing = digest is not None
+        try:
+            for name, tensor in named_tensors:
+                if hashing:
+                    hashing = self._stream_add(digest, name, tensor)
+                yield name, tensor
+            if hashing:
+                self._stream_finish(digest)
+        finally:  # a sync that stopped half-way attests nothing, and leaves no hashing threads behind
+            if digest is not None:
+                digest.close()
+
+    @_guarded(default=None)
+    def _stream_digest(self, version: int, options: Mapping[str, Any]) -> Any:
+        from .attest import WeightsDigest
+
+        if not self.enabled or self._closed:
+            return None
+        return WeightsDigest(version, _attest_options(**options))
+
+    @_guarded(default=False)
+    def _stream_add(self, digest: Any, name: str, tensor: Any) -> bool:
+        digest.add([(name, tensor)])
+        return True
+
+    @_guarded(default=None)
+    def _stream_finish(self, digest: Any) -> dict[str, Any] | None:
+        return self._submit_attestation(digest.result())
+
+    def _submit_attestation(self, attestation: dict[str, Any]) -> dict[str, Any]:
+        from .attest import summary
+
+        if self._pid != os.getpid():
+            self._after_fork()
+        self._worker.submit_attestation(attestation)
+        return summary(attestation)
 
     # ------------------------------------------------------------ control
 
@@ -295,14 +511,22 @@ class ParityMonitor:
         return self.enabled and self._control.should_stop
 
     @property
+    def healthy(self) -> bool:
+        """True while the backend answers: metrics arrive and a pause or stop reaches this loop.
+        False before its first answer and while it cannot be reached (the run is unprotected)."""
+        return self.enabled and not self._closed and self._health.healthy
+
+    @property
     def reachable(self) -> bool:
+        """Whether the control channel last reached the backend (what fail_closed waits for)."""
         return self._control.reachable
 
     # ------------------------------------------------------------ lifecycle
 
     @_guarded(default=False)
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until everything logged so far reached the backend; False at the deadline."""
+        """Wait until everything logged so far (and the spool leftovers of crashed processes this
+        one adopted) reached the backend; False at the deadline."""
         if not self.enabled or self._closed:
             return False
         return self._worker.flush(timeout)
@@ -310,7 +534,8 @@ class ParityMonitor:
     def close(self, timeout: float = 5.0) -> bool:
         """Flush with a deadline, then stop. Unsent points stay in the spool for a later process.
         A trainer closing while its run is `stopping` reports that its loop has ended, and the
-        run becomes `stopped`."""
+        run becomes `stopped`. Then every process tells the server it closed cleanly, so its
+        silence is not a lost process; the trainer closing finishes a running run."""
         if self._closed or not self.enabled:
             return True
         self._closed = True
@@ -320,6 +545,7 @@ class ParityMonitor:
             deadline = time.monotonic() + timeout
             delivered = self._worker.close(timeout)
             self._acknowledge_stop(max(0.5, deadline - time.monotonic()))
+            self._report_closed(max(0.5, deadline - time.monotonic()))
             return delivered
         except Exception:
             self._internal_errors += 1
@@ -342,16 +568,30 @@ class ParityMonitor:
         finally:
             transport.close()
 
+    def _report_closed(self, timeout: float) -> None:
+        ids = self._registry.own_ids()
+        if ids is None:
+            return  # never registered: the server knows nothing to close
+        run_id, component_id = ids
+        transport = self._new_transport()
+        try:
+            control = transport.request("POST", f"/runs/{run_id}/components/{component_id}/close",
+                                        json={"reason": "ParityMonitor.close()"}, timeout=timeout)
+            if isinstance(control.get("control"), Mapping):
+                self._control.observe(control["control"])
+        except TransportError as exc:
+            log.warning("paritywatch: could not report that this process closed (the server will count it as "
+                        "lost once its heartbeats stop): %s", exc)
+        finally:
+            transport.close()
+
     def stats(self) -> dict[str, Any]:
-        """Counters for tests and debugging: sent, spooled, dropped, rejected, errors."""
-        stats = dict(vars(self._worker.stats))
-        stats.update(
-            queued=len(self._worker.queue),
-            queue_dropped_points=self._worker.queue_dropped_points,
-            dropped_points=self._worker.dropped_points(),
-            internal_errors=self._internal_errors + self._worker.stats.internal_errors + self._poller.internal_errors,
-            client_id=self._worker.client_id,
-        )
+        """Counters for tests and debugging: sent, spooled, dropped, rejected, errors; and health
+        (`healthy`, `backend_error`, `unreachable_s`)."""
+        stats = self._worker.stats()
+        stats.update(self._health.stats())
+        stats["healthy"] = self.healthy
+        stats["internal_errors"] += self._internal_errors + self._poller.internal_errors
         return stats
 
     def __enter__(self) -> "ParityMonitor":
@@ -367,6 +607,25 @@ class ParityMonitor:
 
     def __repr__(self) -> str:
         return f"ParityMonitor(run={self._run_key.name or self._run_key.run_id!r}, side={self.side!r}, url={self.url!r})"
+
+
+def _attest_options(*, mode: str = "full", algo: str = "", threads: int = 0, block_bytes: int | None = None,
+                    chunk_bytes: int | None = None, chunks: int | None = None) -> Any:
+    """AttestOptions from `attest_weights` arguments (None: the default), checked."""
+    from .attest import AttestOptions  # lazy: hashing libraries load on first use
+
+    sizes = {k: v for k, v in (("block_bytes", block_bytes), ("chunk_bytes", chunk_bytes), ("chunks", chunks))
+             if v is not None}
+    return AttestOptions(algo=algo, mode=mode, threads=threads, **sizes).checked()
+
+
+def _plain_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """What the caller passed, JSON-safe, for the fingerprint's env (never compared)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        plain = value if isinstance(value, (str, int, float, bool, type(None))) else getattr(value, "value", None)
+        out[key] = plain if isinstance(plain, (str, int, float, bool, type(None))) else repr(value)
+    return out
 
 
 def _rebuild(kwargs: dict[str, Any]) -> ParityMonitor:
@@ -390,3 +649,18 @@ def _register_fork_finalizer(monitor: ParityMonitor) -> None:
 def _close_all_at_exit() -> None:
     for monitor in list(_LIVE):
         _close_at_exit(weakref.ref(monitor))
+
+
+def _check_packs(packs: Sequence[str] | None, run: str | int | None) -> list[str]:
+    """The framework packs to enable, checked now (a typo fails here, not on the server)."""
+    if not packs:
+        return []
+    if isinstance(packs, str):
+        packs = [packs]
+    unknown = [p for p in packs if p not in contract.PACK_NAMES]
+    if unknown:
+        raise ValueError(f"unknown pack(s) {unknown}; the packs are {list(contract.PACK_NAMES)}")
+    if isinstance(run, int):
+        raise ValueError("packs= needs a run name (the monitor then creates or gets the run with them); "
+                         "for a run given by id, enable packs in its settings (PUT /runs/{id}/settings)")
+    return list(dict.fromkeys(packs))

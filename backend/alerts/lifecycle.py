@@ -1,55 +1,56 @@
 """Alert lifecycle: firing -> acknowledged -> resolved, one open alert per (run, dedup key),
-every change audited and announced through the webhook outbox in the same transaction."""
+every change audited. Alerts are per cause; a change only marks the alert's notification groups
+due (in the same transaction), and backend/alerts/notifier.py decides what goes out and when."""
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.errors import Conflict, NotFound
-from backend.models import Alert, AlertEvent, Run, utcnow
-from backend.webhooks.outbox import enqueue_event
+from paritywatch.backend.alerts import grouping
+from paritywatch.backend.alerts.effects import effects_of, wakeups
+from paritywatch.backend.errors import Conflict
+from paritywatch.backend.models import Alert, Run, utcnow
+from paritywatch.backend.store import alerts as store
+from paritywatch.backend.store import notifications as notification_store
+from paritywatch.backend.webhooks.outbox import enqueue_event, run_ref, wants
+
+ACTOR = "paritywatch"
+get_alert = store.get_alert
+open_alert = store.open_alert
+open_alerts = store.open_alerts
 
 
-def alert_dict(a: Alert) -> dict:
+def alert_dict(a: Alert, silenced_by: list[int] | None = None) -> dict:
     return {
         "id": a.id, "run_id": a.run_id, "kind": a.kind, "severity": a.severity, "status": a.status,
         "dedup_key": a.dedup_key, "title": a.title, "detail": a.detail or {}, "step": a.step,
         "fired_at": a.fired_at, "updated_at": a.updated_at, "resolved_at": a.resolved_at,
+        "silenced": bool(silenced_by), "silenced_by": list(silenced_by or []),
     }
 
 
-def _event_data(run: Run, alert: Alert) -> dict:
-    a = alert_dict(alert)
+def alert_json(a: Alert) -> dict:
+    d = alert_dict(a)
     for k in ("fired_at", "updated_at", "resolved_at"):
-        a[k] = a[k].isoformat() if a[k] else None
-    return {"alert": a, "run": {"id": run.id, "name": run.name, "project": run.project}}
-
-
-def open_alert(s: Session, run_id: int, dedup_key: str) -> Alert | None:
-    return s.scalar(select(Alert).where(Alert.open_key == f"{run_id}:{dedup_key}"))
-
-
-def open_alerts(s: Session, run_id: int, kind: str) -> list[Alert]:
-    return list(s.scalars(select(Alert).where(Alert.run_id == run_id, Alert.kind == kind, Alert.open_key.is_not(None))))
+        d[k] = d[k].isoformat() if d[k] else None
+    del d["silenced"], d["silenced_by"]
+    return d
 
 
 def fire(s: Session, run: Run, kind: str, severity: str, dedup_key: str, title: str, detail: dict,
          step: int | None = None) -> tuple[Alert, bool]:
     """Open an alert, or refresh the open one with this key. Returns (alert, newly_fired)."""
-    existing = open_alert(s, run.id, dedup_key)
+    existing = store.open_alert(s, run.id, dedup_key)
     now = utcnow()
     if existing is not None:
         existing.detail, existing.title, existing.updated_at = detail, title, now
         if severity != existing.severity:
             existing.severity = severity
         return existing, False
-    alert = Alert(run_id=run.id, kind=kind, severity=severity, dedup_key=dedup_key,
-                  open_key=f"{run.id}:{dedup_key}", status="firing", title=title, detail=detail,
-                  step=step, fired_at=now, updated_at=now)
-    s.add(alert)
-    s.flush()
-    s.add(AlertEvent(alert_id=alert.id, action="fired", actor="paritywatch", note=title))
-    enqueue_event(s, "alert.firing", _event_data(run, alert), run.project)
+    alert = store.add_alert(s, Alert(
+        run_id=run.id, kind=kind, severity=severity, dedup_key=dedup_key, open_key=store.open_key(run.id, dedup_key),
+        status="firing", title=title, detail=detail, step=step, fired_at=now, updated_at=now))
+    store.add_event(s, alert.id, "fired", ACTOR, title)
+    _groups_changed(s, run, alert)
     return alert, True
 
 
@@ -58,23 +59,59 @@ def resolve(s: Session, run: Run, alert: Alert, actor: str, note: str | None = N
         return alert
     now = utcnow()
     alert.status, alert.open_key, alert.resolved_at, alert.updated_at = "resolved", None, now, now
-    s.add(AlertEvent(alert_id=alert.id, action="auto_resolved" if auto else "resolved", actor=actor, note=note))
+    store.add_event(s, alert.id, "auto_resolved" if auto else "resolved", actor, note)
     s.flush()
-    enqueue_event(s, "alert.resolved", _event_data(run, alert), run.project)
+    _groups_changed(s, run, alert)
     return alert
 
 
-def acknowledge(s: Session, alert: Alert, actor: str, note: str | None = None) -> Alert:
+def resolve_key(s: Session, run: Run, dedup_key: str, note: str) -> None:
+    alert = store.open_alert(s, run.id, dedup_key)
+    if alert is not None:
+        resolve(s, run, alert, ACTOR, note, auto=True)
+
+
+def resolve_rule_alerts(s: Session, rule_ids: list[int], actor: str | None, note: str) -> int:
+    """Resolve what rules that are going away (deleted, disabled) raised: nothing would ever
+    evaluate them again, so their alerts could never resolve by themselves."""
+    alerts = store.open_alerts_of_rules(s, rule_ids)
+    for alert in alerts:
+        resolve(s, s.get(Run, alert.run_id), alert, actor, note)
+    return len(alerts)
+
+
+def resolve_all(s: Session, run: Run, note: str) -> int:
+    """Resolve every open alert of a run (it ended: nothing is left to act on)."""
+    alerts = store.open_alerts(s, run.id)
+    for alert in alerts:
+        resolve(s, run, alert, ACTOR, note, auto=True)
+    return len(alerts)
+
+
+def acknowledge(s: Session, run: Run, alert: Alert, actor: str, note: str | None = None) -> Alert:
     if alert.status == "resolved":
         raise Conflict("a resolved alert cannot be acknowledged")
     if alert.status == "firing":
         alert.status, alert.updated_at = "acknowledged", utcnow()
-        s.add(AlertEvent(alert_id=alert.id, action="acknowledged", actor=actor, note=note))
+        store.add_event(s, alert.id, "acknowledged", actor, note)
+        enqueue_event(s, "alert.acknowledged",
+                      {"alert": alert_json(alert), "run": run_ref(s, run), "actor": actor, "note": note,
+                       "url": effects_of(s).run_url(run.id)}, run.project)
     return alert
 
 
-def get_alert(s: Session, alert_id: int) -> Alert:
-    alert = s.get(Alert, alert_id)
-    if alert is None:
-        raise NotFound(f"alert {alert_id} does not exist")
-    return alert
+def _groups_changed(s: Session, run: Run, alert: Alert) -> None:
+    """The alert joined or left its groups (one per webhook that wants alert events): mark them
+    due. Webhooks are read once per transaction (a sweep may fire a hundred alerts)."""
+    cache = s.info.setdefault("paritywatch.hooks", {})
+    hooks = cache.get(run.project)
+    if hooks is None:
+        hooks = cache[run.project] = [h for h in notification_store.webhooks_for(s, run.project)
+                                      if wants(h, "alert.firing") or wants(h, "alert.resolved")]
+    now = utcnow()
+    default_group_by = effects_of(s).default_group_by
+    for hook in hooks:
+        labels = grouping.labels_of(hook.group_by or default_group_by, run.id, run.project, alert.kind, alert.severity)
+        notification_store.touch_group(s, hook.id, grouping.key_of(labels), labels, now)
+    if hooks:
+        wakeups(s).notify = True

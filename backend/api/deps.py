@@ -1,15 +1,37 @@
-"""Typed dependencies: a route's signature reads like a sentence (`run_id: int, who: AdminDep`)."""
+"""Typed dependencies: a route's signature reads like a sentence (`run_id: int, who: AdminDep`).
+
+Who may call a route is declared once, by the scope dependency in its signature (`IngestDep`,
+`ReadDep`...). The request guard (backend/middleware.py) reads those declarations from the app
+before it reads any request body, so an unauthenticated or under-scoped caller costs nothing;
+`route_access_table` turns them into the table in docs/api.md.
+"""
 from __future__ import annotations
 
-import time
-from typing import Annotated
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Iterator
 
 from fastapi import Depends, Header, Request
 from fastapi.exceptions import HTTPException
+from starlette.routing import Mount, Route, compile_path
 
-from backend.auth import OPEN_PRINCIPAL, Principal
-from backend.db import Database
-from backend.store.metrics import MetricStore
+from paritywatch.backend.alerts.effects import Effects
+from paritywatch.backend.alerts.notifier import Notifier
+from paritywatch.backend.auth import OpenMode, Principal
+from paritywatch.backend.control_watch import ControlWatcher
+from paritywatch.backend.db import Database
+from paritywatch.backend.detect.engine import DetectionEngine
+from paritywatch.backend.janitor import Janitor
+from paritywatch.backend.live import StreamHub
+from paritywatch.backend.settings import Settings
+from paritywatch.backend.store import runs as run_store
+from paritywatch.backend.store.metrics import MetricStore
+from paritywatch.backend.webhooks.dispatcher import Dispatcher
+from paritywatch.backend.webhooks.ssrf import Resolver
+
+PRINCIPAL_KEY = "paritywatch.principal"  # where the request guard leaves the caller, in the ASGI scope
 
 
 def get_db(request: Request) -> Database:
@@ -20,36 +42,151 @@ def get_metric_store(request: Request) -> MetricStore:
     return request.app.state.metrics
 
 
-def _principal(request: Request, authorization: str | None) -> Principal:
-    state = request.app.state
-    if authorization:
-        scheme, _, secret = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
-            raise HTTPException(401, "Authorization must be 'Bearer <token>'", {"WWW-Authenticate": "Bearer"})
-        principal = state.tokens.lookup(secret.strip(), time.monotonic())
+def app_service(name: str) -> Callable[[Request], Any]:
+    """A dependency that hands a route one of the services create_app keeps on app.state, so a
+    route names what it uses in its signature (`engine: EngineDep`) and never reaches into
+    request.app.state itself."""
+    def service(request: Request) -> Any:
+        return getattr(request.app.state, name)
+    service.__name__ = f"get_{name}"
+    return service
+
+
+@dataclass(frozen=True)
+class Access:
+    scopes: tuple[str, ...] | None  # any one of these; None = public
+    large_body: bool = False  # metric batches and fingerprints: max_body_bytes, else max_small_body_bytes
+
+    def describe(self) -> str:
+        return "public" if not self.scopes else " or ".join(self.scopes)
+
+
+PUBLIC = Access(None)
+
+
+class ScopeRequirement:
+    """Dependency: the caller holds one of `scopes`; a project-bound token only reaches runs of
+    its project. The guard already authenticated the caller and checked the scope before the
+    body was read; this re-check keeps a route safe even if it were mounted without the guard."""
+
+    def __init__(self, scopes: tuple[str, ...], large_body: bool = False):
+        self.access = Access(scopes, large_body)
+
+    # `authorization` is not read here (the guard did): it stays so the OpenAPI schema documents it.
+    def __call__(self, request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+        principal: Principal | None = request.scope.get(PRINCIPAL_KEY)
         if principal is None:
-            raise HTTPException(401, "unknown or revoked token", {"WWW-Authenticate": "Bearer"})
-        return principal
-    if state.open_mode.is_open():
-        return OPEN_PRINCIPAL
-    raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-
-
-def require(*any_of: str):
-    """Dependency: the caller holds at least one of these scopes."""
-
-    def dependency(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-        principal = _principal(request, authorization)
-        if not any(principal.has(s) for s in any_of):
-            raise HTTPException(403, f"this needs the {' or '.join(any_of)} scope")
+            raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
+        if not any(principal.has(s) for s in self.access.scopes):
+            raise HTTPException(403, f"this needs the {' or '.join(self.access.scopes)} scope")
+        if principal.project is not None and "run_id" in request.path_params:
+            project = request.app.state.run_projects.project_of(int(request.path_params["run_id"]))
+            if project != principal.project:
+                raise HTTPException(403, f"this token writes only to project {principal.project!r}")
         return principal
 
-    return dependency
+
+def require(*any_of: str, large_body: bool = False) -> ScopeRequirement:
+    return ScopeRequirement(tuple(any_of), large_body)
+
+
+def require_project(who: Principal, project: str) -> None:
+    """For routes that name the project in the body (creating a run)."""
+    if not who.may_write(project):
+        raise HTTPException(403, f"this token writes only to project {who.project!r}, not {project!r}")
+
+
+class RunProjects:
+    """run id -> project, cached (a run never changes project): the binding check costs no query
+    on the hot ingest path."""
+
+    def __init__(self, db: Database, size: int = 4096):
+        self.db, self.size = db, size
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[int, str] = OrderedDict()
+
+    def project_of(self, run_id: int) -> str:
+        with self._lock:
+            if run_id in self._cache:
+                self._cache.move_to_end(run_id)
+                return self._cache[run_id]
+        project = run_store.load_run(self.db, run_id).project  # NotFound -> 404
+        with self._lock:
+            self._cache[run_id] = project
+            while len(self._cache) > self.size:
+                self._cache.popitem(last=False)
+        return project
+
+
+# --- the route x scope table, read from the app ---
+
+
+@dataclass(frozen=True)
+class RouteAccess:
+    method: str
+    path: str
+    access: Access
+    regex: re.Pattern
+
+
+def _walk(routes, prefix: str = "") -> Iterator[tuple[str, Route]]:  # noqa: ANN001
+    for route in routes:
+        if hasattr(route, "original_router"):  # fastapi's included router (nested, not copied)
+            yield from _walk(route.original_router.routes, prefix + route.include_context.prefix)
+        elif isinstance(route, Route):
+            yield prefix + route.path, route
+        elif isinstance(route, Mount):
+            continue  # the static dashboard: public
+        # anything else (websocket routes...) is not served by this app
+
+
+def _access_of(route: Route) -> Access:
+    dependant = getattr(route, "dependant", None)
+    stack = [dependant] if dependant is not None else []
+    while stack:
+        dep = stack.pop()
+        if isinstance(dep.call, ScopeRequirement):
+            return dep.call.access
+        stack.extend(dep.dependencies)
+    return PUBLIC
+
+
+def route_access_table(app) -> list[RouteAccess]:  # noqa: ANN001
+    """Every (method, path) the app serves with who may call it, in routing order."""
+    table = []
+    for path, route in _walk(app.routes):
+        regex = compile_path(path)[0]
+        access = _access_of(route)
+        for method in sorted(route.methods or ()):
+            table.append(RouteAccess(method, path, access, regex))
+    return table
+
+
+def access_for(app, method: str, path: str) -> Access:  # noqa: ANN001
+    table = getattr(app.state, "route_access", None)
+    if table is None:
+        table = app.state.route_access = route_access_table(app)
+    for entry in table:
+        if entry.method == method and entry.regex.match(path):
+            return entry.access
+    return PUBLIC
 
 
 DbDep = Annotated[Database, Depends(get_db)]
 MetricsDep = Annotated[MetricStore, Depends(get_metric_store)]
+SettingsDep = Annotated[Settings, Depends(app_service("settings"))]
+EffectsDep = Annotated[Effects, Depends(app_service("effects"))]
+EngineDep = Annotated[DetectionEngine, Depends(app_service("engine"))]
+NotifierDep = Annotated[Notifier, Depends(app_service("notifier"))]
+JanitorDep = Annotated[Janitor, Depends(app_service("janitor"))]
+StreamsDep = Annotated[StreamHub, Depends(app_service("streams"))]
+ControlWatcherDep = Annotated[ControlWatcher, Depends(app_service("control_watcher"))]
+OpenModeDep = Annotated[OpenMode, Depends(app_service("open_mode"))]
+DispatcherDep = Annotated[Dispatcher, Depends(app_service("dispatcher"))]
+ResolverDep = Annotated[Resolver, Depends(app_service("resolver"))]
 IngestDep = Annotated[Principal, Depends(require("ingest"))]
+# Routes that take big bodies (a metric batch, a fingerprint of a 128k vocabulary).
+IngestBulkDep = Annotated[Principal, Depends(require("ingest", large_body=True))]
 ReadDep = Annotated[Principal, Depends(require("read"))]
 ReadOrIngestDep = Annotated[Principal, Depends(require("read", "ingest"))]
 AdminDep = Annotated[Principal, Depends(require("admin"))]

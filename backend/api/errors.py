@@ -11,23 +11,10 @@ from sqlalchemy.exc import DataError
 from sqlalchemy.exc import OperationalError as SAOperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from backend.errors import ParitywatchError
+from paritywatch.backend.errors import ParitywatchError
+from trainer_hooks.contract import error_envelope
 
 log = logging.getLogger("paritywatch.api")
-
-HTTP_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "validation_error",
-    429: "too_many_requests",
-    503: "unavailable",
-}
 
 
 def is_transient_db_error(exc: BaseException) -> bool:
@@ -45,10 +32,7 @@ def is_transient_db_error(exc: BaseException) -> bool:
 
 
 def error_response(status: int, message: str, code: str | None = None, details=None, headers=None):  # noqa: ANN001
-    body = {"status": status, "code": code or HTTP_CODES.get(status, "error"), "message": message}
-    if details is not None:
-        body["details"] = details
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    return JSONResponse(error_envelope(status, message, code, details), status_code=status, headers=headers)
 
 
 def _validation_message(errors: list[dict]) -> str:
@@ -102,4 +86,4 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(503, "the database is busy or unavailable; retry shortly",
                                   headers={"Retry-After": "1"})
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal error", code="internal_error")
+        return error_response(500, "internal error")

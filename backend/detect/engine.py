@@ -1,113 +1,296 @@
-"""Detection: runs after every fingerprint and metric batch commits, and on a heartbeat timer.
+"""Detection: evaluates the durable jobs every accepted fingerprint and metric batch writes with
+itself (backend/store/jobs.py), and sweeps heartbeats on a timer.
 
-Processor mismatch -> alert (and pause, per the run's on_mismatch); rule breaches -> alert and
-the rule's action; silent components -> heartbeat_lost. Conditions that clear auto-resolve.
+Processor mismatch -> alert (and pause, per the run's on_mismatch); weights that differ from the
+trainer's -> alert (and pause, likewise), stale or older weights -> alert (backend/detect/attest.py);
+rule breaches -> alert and the rule's action; per-sample audits with length-parity or re-render
+failures -> sample_audit alerts; silent processes -> lost and heartbeat_lost
+(backend/alerts/run_state.py).
+Conditions that clear auto-resolve.
+
+Exactly once: the request that wrote a job evaluates it right after its commit; a job whose
+evaluation failed (or whose process died) stays in the table, is evaluated when the client
+retries the request (a duplicate batch), and otherwise by the background loop of any replica
+after `detect_job_grace_s`. The evaluating transaction deletes the job, and a job is evaluated
+under its run's row lock, so two evaluations of one run never interleave.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from backend.alerts import lifecycle
-from backend.db import Database
-from backend.detect import rules as rule_logic
-from backend.detect.parity import compute_parity, differing_components
-from backend.models import Component, MetricKey, Rule, RuleState, Run, utcnow
-from backend.settings import Settings
-from backend.store import control as control_store
-from backend.store import fingerprints as fp_store
-from backend.store.runs import get_run
+from paritywatch.backend.alerts import lifecycle, run_state
+from paritywatch.backend.alerts.effects import Effects
+from paritywatch.backend.db import Database
+from paritywatch.backend.detect import audits as audit_logic
+from paritywatch.backend.detect import attest as attest_logic
+from paritywatch.backend.detect import rules as rule_logic
+from paritywatch.backend.detect import trend
+from paritywatch.backend.detect.parity import (bounded_diff, compute_parity, diff_cached, diff_is_cached,
+                                               differing_components, mismatch_alerts, sampling_why)
+from paritywatch.backend.models import Rule, Run, utcnow
+from paritywatch.backend.settings import Settings
+from paritywatch.backend.store import audits as audit_store
+from paritywatch.backend.store import attestations as att_store
+from paritywatch.backend.store import fingerprints as fp_store
+from paritywatch.backend.store import jobs as job_store
+from paritywatch.backend.store import rules as rule_store
+from paritywatch.backend.store import runs as run_store
+from paritywatch.backend.store.jobs import BatchSpan, Job
+from paritywatch.backend.store.metric_reads import metric_key, read_raw  # raw points are packed chunks: decoded here
+from paritywatch.backend.store.runs import lock_run
+from trainer_hooks.contract import split_worker_key
 
 log = logging.getLogger("paritywatch.detect")
-ACTOR = "paritywatch"
+ACTOR = run_state.ACTOR
 RULE_CACHE_TTL_S = 2.0
+# Alert kinds of weight attestation, and what resolves them when their condition is gone.
+WEIGHT_ALERTS = {
+    "weights_mismatch": "the worker attested the trainer's weights again (or it closed)",
+    "weights_stale": "the worker caught up with the trainer's weights (or it closed)",
+    "weights_backwards": "the worker is back on current weights (or it closed)",
+}
 
 
 class DetectionEngine:
-    def __init__(self, db: Database, settings: Settings, on_control_change: Callable[[int], None],
-                 on_outbox: Callable[[], None]):
+    def __init__(self, db: Database, settings: Settings, effects: Effects):
         self.db = db
         self.settings = settings
-        self.on_control_change = on_control_change
-        self.on_outbox = on_outbox
+        self.effects = effects
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._rule_keys_cache: dict[int, tuple[float, set[str]]] = {}
+        self._rule_keys_cache: dict[int, tuple[float, WatchedKeys]] = {}
+        self.sweeps = 0  # completed heartbeat sweeps (tests wait on it instead of sleeping)
+        # Tests inject a failure between a write and its evaluation: called with (kind, run_id).
+        self.fault_hook: Callable[[str, int], None] | None = None
+
+    # ------------------------------------------------------------ jobs
+    def watched_keys(self, run_id: int, keys: set[str]) -> list[str]:
+        """The keys of a batch some enabled rule of the run watches (cached lookup: the common
+        case writes no job)."""
+        return sorted(self._rule_keys(run_id).among(keys))
+
+    def evaluate(self, job: Job) -> None:
+        """Right after the commit of the request that wrote the job."""
+        self._evaluate(job)
+
+    def on_fingerprint(self, run_id: int) -> None:
+        self._fault("fingerprint", run_id)
+        self._evaluate_parity(run_id)
+
+    def on_audit(self, run_id: int) -> None:
+        self._fault("audit", run_id)
+        self._retrying(lambda: self._apply_audits(run_id))
+
+    def on_attestation(self, run_id: int) -> None:
+        self._fault("attestation", run_id)
+        self._retrying(lambda: self._apply_attestations(run_id, take_jobs=True))
+
+    def process_pending(self, run_id: int | None = None, older_than_s: float | None = None) -> int:
+        """Evaluate jobs nobody finished (this run's, or every run's older than the grace)."""
+        created_before = utcnow() - timedelta(seconds=older_than_s) if older_than_s is not None else None
+        with self.db.read() as s:
+            jobs = job_store.pending(s, run_id=run_id, created_before=created_before, limit=500)
+        done = 0
+        for job in jobs:
+            try:
+                self._evaluate(job)
+                done += 1
+            except Exception:
+                if run_id is not None:
+                    raise  # the request answers 5xx; its retry comes back here
+                log.warning("detection job %s of run %s failed; it stays queued", job.id, job.run_id, exc_info=True)
+        return done
+
+    def _evaluate(self, job: Job) -> None:
+        if job.kind == "fingerprint":
+            self._fault("fingerprint", job.run_id)
+            self._evaluate_parity(job.run_id)
+        elif job.kind == "audit":
+            self.on_audit(job.run_id)
+        elif job.kind == "attestation":
+            self.on_attestation(job.run_id)
+        else:
+            self._fault("metrics", job.run_id)
+            self._evaluate_rules(job)
+
+    def _fault(self, kind: str, run_id: int) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(kind, run_id)
 
     # ------------------------------------------------------------ processors
-    def on_fingerprint(self, run_id: int) -> None:
-        rows = fp_store.fingerprints_of_run(self.db, run_id)
-        parity = compute_parity(rows)
-        self._retrying(lambda: self._apply_parity(run_id, parity))
+    def _evaluate_parity(self, run_id: int) -> None:
+        """Diff the run's processors outside any lock first (the first diff of a new pair can
+        take a while; diffs are cached by digest pair), then evaluate the run's current
+        fingerprints under its row lock, where the same diffs are cache hits."""
+        with self.db.read() as s:
+            if not job_store.pending(s, run_id=run_id, kind="fingerprint", limit=1):
+                return  # a concurrent evaluation took this post's job with its own: nothing left
+        self._warm_diffs(run_id)
+        self._retrying(lambda: self._apply_parity(run_id))
 
-    def _apply_parity(self, run_id: int, parity) -> None:  # noqa: ANN001
-        paused = False
-        with self.db.write() as s:
-            run = get_run(s, run_id)
+    def _warm_diffs(self, run_id: int) -> None:
+        """Diff every trainer processor of the run against every other one it has (a few
+        distinct digests, cached by pair): what the evaluation under the lock will ask for."""
+        pairs = fp_store.digests_of_run(self.db, run_id)
+        trainers = {d for side, d in pairs if side == "trainer"}
+        others = {d for _, d in pairs} - trainers
+        todo = [(a, b) for a in trainers for b in others if not diff_is_cached(a, b)]
+        if todo:
+            bodies = fp_store.bodies_of(self.db, trainers | others)
+            for a, b in todo:
+                if a in bodies and b in bodies:
+                    diff_cached(a, bodies[a], b, bodies[b])
+
+    def _apply_parity(self, run_id: int) -> bool:
+        with self.effects.write(self.db) as s:
+            run = lock_run(s, run_id)
+            # Take the jobs first: every job this deletes committed with a fingerprint that the
+            # read below sees. None left: another evaluation, which saw at least this, took them.
+            if job_store.take_all(s, run_id, "fingerprint") == 0:
+                return True
+            parity = compute_parity(fp_store.fingerprint_rows(s, run_id, light=True))
             current: set[str] = set()
-            for group in parity.groups:
-                if group.verdict not in ("error", "warning") or run.on_mismatch == "ignore":
-                    continue
-                key = f"processor_mismatch:{parity.reference_digest}:{group.digest}"
+            for key, groups in mismatch_alerts(parity) if run.on_mismatch != "ignore" else []:
                 current.add(key)
+                group, members = groups[0], [c for g in groups for c in g.components]
                 names = differing_components(group.diff, group.verdict)
                 ref = parity.reference
-                title = (f"{len(group.components)} {group.components[0].side} worker(s) differ from the "
-                         f"{ref.side} in {', '.join(names) or 'fingerprint'}")
+                title = (f"{len(members)} {members[0].side} worker(s) differ from the "
+                         f"{ref.side} in {', '.join(names) or 'fingerprint'}{sampling_why(group.diff, names)}")
                 detail = {
                     "trainer_digest": parity.reference_digest, "rollout_digest": group.digest,
                     "reference_component_id": ref.id,
-                    "component_ids": [c.id for c in group.components],
-                    "worker_ids": [c.worker_id for c in group.components],
-                    "components": names, "diff": group.diff,
+                    "component_ids": [c.id for c in members],
+                    "worker_ids": [c.worker_id for c in members],
+                    "components": names, "diff": bounded_diff(group.diff, self.settings.max_alert_detail_bytes),
                 }
-                _, new = lifecycle.fire(s, run, "processor_mismatch", group.verdict, key, title, detail)
-                if new and group.verdict == "error" and run.on_mismatch == "pause" and run.control_state == "running":
-                    control_store.set_state(s, run, "paused", ACTOR, f"processor mismatch: {', '.join(names)}")
-                    paused = True
+                before = lifecycle.open_alert(s, run_id, key)
+                escalates = before is None or before.severity != "error"  # new, or a warning that became an error
+                lifecycle.fire(s, run, "processor_mismatch", group.verdict, key, title, detail,
+                               step=run.last_step)  # when it was found: a marker on every chart
+                if escalates and group.verdict == "error":
+                    run_state.pause_on_mismatch(s, run, f"processor mismatch: {', '.join(names)}")
             for alert in lifecycle.open_alerts(s, run_id, "processor_mismatch"):
                 if alert.dedup_key not in current:
                     lifecycle.resolve(s, run, alert, ACTOR, "processors match again", auto=True)
-        self.on_outbox()
-        if paused:
-            self.on_control_change(run_id)
+            return True
+
+    # ------------------------------------------------------------ per-sample audits
+    def _apply_audits(self, run_id: int) -> bool:
+        """One evaluation of the run's latest audited batches answers every audit job it takes:
+        per cause, fire (or refresh the open alert: no new notification) while a batch of the
+        window fails, resolve once the whole window is clean."""
+        with self.effects.write(self.db) as s:
+            run = lock_run(s, run_id)
+            if job_store.take_all(s, run_id, "audit") == 0:
+                return True  # another evaluation, which saw at least these audits, took them
+            window = self.settings.audit_clear_batches
+            recent = audit_store.recent_audits(s, run_id, window)
+            for cause, finding in audit_logic.findings(recent).items():
+                key = f"sample_audit:{cause}"
+                if finding is None:
+                    lifecycle.resolve_key(s, run, key, f"{window} audited batches in a row without this failure")
+                    continue
+                example = audit_store.worst_sample(s, finding.audit_id, length_mismatch=cause == "length_parity")
+                lifecycle.fire(s, run, "sample_audit", "error", key, audit_logic.title_of(finding, example),
+                               audit_logic.detail_of(finding, example, window), finding.step)
+            return True
+
+    # ------------------------------------------------------------ weights
+    def _apply_attestations(self, run_id: int, take_jobs: bool) -> bool:
+        with self.effects.write(self.db) as s:
+            run = lock_run(s, run_id)
+            if take_jobs and job_store.take_all(s, run_id, "attestation") == 0:
+                return True  # another evaluation, which saw at least this attestation, took it
+            self._judge_weights(s, run, utcnow())
+            return True
+
+    def _weight_findings(self, s, run: Run, now) -> list:  # noqa: ANN001
+        """What the run's attestations show now (tensor names not yet filled in)."""
+        policy = attest_logic.AttestPolicy(self.settings.attest_grace_s, self.settings.attest_max_lag)
+        trainers = att_store.trainer_attestations(s, run.id)
+        return [f for worker in att_store.latest_rollout_attestations(s, run.id)
+                for f in attest_logic.check_worker(trainers, worker, now, policy)
+                if not (f.kind == "weights_mismatch" and run.on_mismatch == "ignore")]
+
+    def _judge_weights(self, s, run: Run, now) -> None:  # noqa: ANN001
+        """Fire what the run's attestations show now; resolve what they no longer show."""
+        findings = self._weight_findings(s, run, now)
+        self._describe_mismatches(s, [f for f in findings if f.kind == "weights_mismatch" and f.severity == "error"])
+        current = {_weight_key(f) for f in findings}
+        if run.control_state in ("running", "paused"):  # a run that ended or is stopping has nothing to act on
+            for finding in findings:
+                self._fire_weights(s, run, finding)
+        for alert in _open_weight_alerts(s, run.id):
+            if alert.dedup_key not in current:
+                lifecycle.resolve(s, run, alert, ACTOR, WEIGHT_ALERTS[alert.kind], auto=True)
+
+    def _describe_mismatches(self, s, findings: list) -> None:  # noqa: ANN001
+        """Name the tensors that differ (the tensor lists are read only for mismatching workers)."""
+        tensors = att_store.tensors_of(s, {f.worker.id for f in findings} | {f.reference.id for f in findings})
+        for f in findings:
+            diff = attest_logic.compare_tensors(tensors[f.reference.id], tensors[f.worker.id])
+            f.title = attest_logic.mismatch_title(f.worker, diff)
+            f.detail = {
+                "why": "the rollout worker generates with other weights than the trainer computes log-probs with: "
+                       "the importance ratios and the policy gradient are silently wrong",
+                "version": f.worker.version, "trainer_digest": f.reference.digest, "worker_digest": f.worker.digest,
+                "trainer_component_id": f.reference.component_id,
+                "trainer_attestation_id": f.reference.id, "worker_attestation_id": f.worker.id,
+                "differing_tensors": diff["differing"] + diff["missing"][: max(0, 10 - len(diff["differing"]))],
+                "tensors": diff,
+            }
+
+    def _fire_weights(self, s, run: Run, f) -> None:  # noqa: ANN001
+        detail = {"component_id": f.worker.component_id, "worker_id": f.worker.worker_id, **f.detail}
+        before = lifecycle.open_alert(s, run.id, _weight_key(f))
+        escalated = before is not None and before.severity != "error"  # e.g. incomparable, then differing
+        _, new = lifecycle.fire(s, run, f.kind, f.severity, _weight_key(f), f.title, detail)
+        if (new or escalated) and f.kind == "weights_mismatch" and f.severity == "error":
+            run_state.pause_on_mismatch(s, run, f"weights mismatch: {f.title}")
+
+    def sweep_attestations(self, now=None) -> int:  # noqa: ANN001
+        """Staleness is a matter of time: evaluate every live run that has attestations."""
+        with self.db.read() as s:
+            run_ids = att_store.runs_with_attestations(s, run_store.live_run_ids(s))
+        for run_id in run_ids:
+            try:
+                self._retrying(lambda: self._sweep_run(run_id, now))
+            except Exception:  # one run (deleted meanwhile, say) never stops the others' sweep
+                log.warning("attestation sweep of run %s failed", run_id, exc_info=True)
+        return len(run_ids)
+
+    def _sweep_run(self, run_id: int, now) -> bool:  # noqa: ANN001
+        """Look first (a read); lock and write only when an alert is to open or resolve. The posts
+        keep open alerts' details current; the sweep is for what time alone changes."""
+        now = now or utcnow()
+        with self.db.read() as s:
+            run = run_store.get_run(s, run_id)
+            firing = {_weight_key(f) for f in self._weight_findings(s, run, now)} \
+                if run.control_state in ("running", "paused") else set()
+            unchanged = firing == {a.dedup_key for a in _open_weight_alerts(s, run_id)}
+        if not unchanged:
+            with self.effects.write(self.db) as s:
+                self._judge_weights(s, lock_run(s, run_id), now)
+        return True
 
     # --------------------------------------------------------------- metrics
-    def on_metrics(self, run_id: int, keys: set[str]) -> None:
-        if not keys & self._rule_keys(run_id):
-            return  # the common case: one cached lookup, no query
-        with self.db.read() as s:
-            run = get_run(s, run_id)
-            candidates = list(s.scalars(
-                select(Rule).where(
-                    Rule.enabled.is_(True),
-                    Rule.key.in_(keys),
-                    (Rule.run_id == run_id) | ((Rule.run_id.is_(None)) & (Rule.project == run.project)),
-                )
-            ))
-        if candidates:
-            self._retrying(lambda: self._evaluate_rules(run_id, candidates))
-
-    def _rule_keys(self, run_id: int) -> set[str]:
-        """Keys any enabled rule of this run watches; cached briefly (rules change rarely)."""
+    def _rule_keys(self, run_id: int) -> WatchedKeys:
+        """Keys the enabled rules of this run watch; cached briefly (rules change rarely)."""
         now = time.monotonic()
         hit = self._rule_keys_cache.get(run_id)
         if hit and now - hit[0] < RULE_CACHE_TTL_S:
             return hit[1]
-        with self.db.read() as s:
-            project = s.scalar(select(Run.project).where(Run.id == run_id))
-            keys = set(s.scalars(select(Rule.key).where(
-                Rule.enabled.is_(True),
-                (Rule.run_id == run_id) | ((Rule.run_id.is_(None)) & (Rule.project == project)),
-            )))
-        self._rule_keys_cache[run_id] = (now, keys)
-        return keys
+        watched = WatchedKeys(*rule_store.watched_keys(self.db, run_id))
+        self._rule_keys_cache[run_id] = (now, watched)
+        return watched
 
     def forget_rules(self, run_id: int | None = None) -> None:
         if run_id is None:
@@ -115,36 +298,47 @@ class DetectionEngine:
         else:
             self._rule_keys_cache.pop(run_id, None)
 
-    def _evaluate_rules(self, run_id: int, candidates: list[Rule]) -> None:
-        control_changed = False
-        with self.db.write() as s:
-            run = get_run(s, run_id)
-            for rule in candidates:
-                value, step = _aggregate(s, run_id, rule)
-                state = s.get(RuleState, (rule.id, run_id)) or RuleState(rule_id=rule.id, run_id=run_id, streak=0)
-                s.add(state)
-                state.streak = rule_logic.next_streak(state.streak, rule_logic.breached(value, rule.comparison, rule.threshold))
-                state.last_value = value
-                key = f"rule:{rule.id}"
-                if rule_logic.should_fire(state.streak, rule.consecutive):
-                    title = f"{rule.key} {rule.aggregate}={value:.4g} {rule.comparison} {rule.threshold:g}"
-                    detail = {"rule_id": rule.id, "key": rule.key, "value": value, "threshold": rule.threshold,
-                              "comparison": rule.comparison, "aggregate": rule.aggregate, "window": rule.window,
-                              "consecutive": rule.consecutive}
-                    _, new = lifecycle.fire(s, run, "metric_threshold", rule.severity, key, title, detail, step)
-                    if new and rule.action in ("pause", "stop"):
-                        control_changed |= _act(s, run, rule.action, f"rule: {title}")
-                elif state.streak == 0:
-                    alert = lifecycle.open_alert(s, run_id, key)
-                    if alert is not None:
-                        lifecycle.resolve(s, run, alert, ACTOR, f"{rule.key} back within threshold", auto=True)
-        self.on_outbox()
-        if control_changed:
-            self.on_control_change(run_id)
+    def _evaluate_rules(self, job: Job) -> None:
+        self._retrying(lambda: self._apply_rules(job))
+
+    def _apply_rules(self, job: Job) -> bool:
+        with self.effects.write(self.db) as s:
+            run = lock_run(s, job.run_id)
+            if not job_store.take(s, job.id):
+                return True  # evaluated already (another replica, or an earlier retry)
+            bases = {split_worker_key(k)[1] for k in job.keys}
+            for rule in rule_store.enabled_rules_on(s, run, job.keys, bases):
+                for series_key in _series_of(rule, job.keys):
+                    self._apply_rule(s, run, rule, series_key, job.spans.get(series_key))
+            return True
+
+    def _apply_rule(self, s, run: Run, rule: Rule, series_key: str,  # noqa: ANN001
+                    span: BatchSpan | None = None) -> None:
+        key = rule_alert_key(rule, series_key)
+        firing = lifecycle.open_alert(s, run.id, key) is not None
+        measured = _measure(s, run.id, rule, series_key, firing, span)
+        state = rule_store.rule_state(s, rule.id, run.id, None if series_key == rule.key else series_key)
+        step_result = rule_logic.evaluate(state.streak or 0, state.clear_streak or 0, measured.breached,
+                                          rule.consecutive, rule.keep_firing_for or 0, firing)
+        state.streak, state.clear_streak, state.last_value = step_result.streak, step_result.clear_streak, measured.value
+        if step_result.action == "fire":
+            detail = {"rule_id": rule.id, "key": series_key, "rule_key": rule.key, "kind": rule.kind,
+                      "value": measured.value, "threshold": rule.threshold, "comparison": rule.comparison,
+                      "aggregate": rule.aggregate, "window": rule.window, "consecutive": rule.consecutive,
+                      "keep_firing_for": rule.keep_firing_for, "pack": rule.pack,
+                      "worker_id": split_worker_key(series_key)[0] if series_key != rule.key else None,
+                      **measured.detail}
+            kind = "metric_trend" if rule.kind == "trend" else "metric_threshold"
+            _, new = lifecycle.fire(s, run, kind, rule.severity, key, measured.title, detail, measured.step)
+            if new and rule.action in ("pause", "stop"):
+                run_state.act_on_rule(s, run, rule.action, f"rule: {measured.title}")
+        elif step_result.action == "resolve":
+            back = "steady again" if rule.kind == "trend" else "back within threshold"
+            lifecycle.resolve_key(s, run, key, f"{series_key} {back}")
 
     # ------------------------------------------------------------ heartbeats
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._heartbeat_loop, name="paritywatch-heartbeats", daemon=True)
+        self._thread = threading.Thread(target=self._background_loop, name="paritywatch-heartbeats", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -152,83 +346,144 @@ class DetectionEngine:
         if self._thread:
             self._thread.join(timeout=5)
 
-    def _heartbeat_loop(self) -> None:
+    def _background_loop(self) -> None:
+        self._leftovers(0.0)  # after a restart: jobs of requests that died with the old process
         while not self._stop.wait(self.settings.heartbeat_check_interval_s):
             try:
                 self._retrying(self.sweep_heartbeats)
             except Exception:
                 log.warning("heartbeat sweep failed", exc_info=True)
+            try:
+                self.sweep_attestations()
+            except Exception:
+                log.warning("attestation sweep failed", exc_info=True)
+            self._leftovers(self.settings.detect_job_grace_s)
 
-    def sweep_heartbeats(self) -> None:
-        cutoff = utcnow() - timedelta(seconds=self.settings.heartbeat_timeout_s)
-        with self.db.write() as s:
-            rows = s.execute(
-                select(Component, Run).join(Run, Run.id == Component.run_id).where(Run.control_state != "stopped")
-            ).all()
-            for comp, run in rows:
-                key = f"heartbeat:{comp.id}"
-                if comp.last_heartbeat < cutoff:
-                    age = (utcnow() - comp.last_heartbeat).total_seconds()
-                    title = f"{comp.side} {comp.worker_id} on {comp.host or '?'} silent for {age:.0f} s"
-                    lifecycle.fire(s, run, "heartbeat_lost", "warning", key, title,
-                                   {"component_id": comp.id, "side": comp.side, "worker_id": comp.worker_id,
-                                    "last_heartbeat": comp.last_heartbeat.isoformat()})
-                else:
-                    alert = lifecycle.open_alert(s, run.id, key)
-                    if alert is not None:
-                        lifecycle.resolve(s, run, alert, ACTOR, "heartbeat resumed", auto=True)
-            stopped = self._finish_abandoned_stops(s, cutoff)
-        self.on_outbox()
-        for run_id in stopped:
-            self.on_control_change(run_id)
+    def _leftovers(self, older_than_s: float) -> None:
+        try:
+            self.process_pending(older_than_s=older_than_s)
+        except Exception:
+            log.warning("detection of leftover jobs failed", exc_info=True)
 
-    def _finish_abandoned_stops(self, s, cutoff) -> list[int]:  # noqa: ANN001
-        """A stop is complete when the trainer reports its loop ended (POST .../control/stopped);
-        a trainer that died instead never will. A run still `stopping` with no heartbeat from any
-        of its processes for the heartbeat timeout since the stop is `stopped`."""
-        done = []
-        for run in s.scalars(select(Run).where(Run.control_state == "stopping", Run.control_updated_at < cutoff)):
-            alive = s.scalar(select(Component.id).where(Component.run_id == run.id, Component.last_heartbeat >= cutoff)
-                             .limit(1))
-            if alive is None:
-                timeout = self.settings.heartbeat_timeout_s
-                control_store.set_state(s, run, "stopped", ACTOR,
-                                        f"no process of the run sent a heartbeat for {timeout:g} s after the stop")
-                done.append(run.id)
-        return done
+    def sweep_heartbeats(self) -> bool:
+        run_state.sweep(self.effects, self.db, self.settings.heartbeat_timeout_s)
+        self.sweeps += 1
+        return True
 
-    def _retrying(self, fn: Callable[[], None]) -> None:
+    def _retrying(self, fn: Callable[[], bool]) -> bool:
         """Another backend process may open the same alert at the same moment: the unique
         open_key makes one of us fail; the retry then sees the other's alert."""
         for attempt in range(3):
             try:
-                fn()
-                return
+                return fn()
             except IntegrityError:
                 if attempt == 2:
                     raise
+        return False  # pragma: no cover
 
 
-def _aggregate(s, run_id: int, rule: Rule) -> tuple[float | None, int | None]:  # noqa: ANN001
-    mk = s.scalar(select(MetricKey).where(MetricKey.run_id == run_id, MetricKey.key == rule.key))
+def _weight_key(finding) -> str:  # noqa: ANN001
+    """One open alert per rollout process and kind."""
+    return f"{finding.kind}:{finding.worker.component_id}"
+
+
+def _open_weight_alerts(s, run_id: int) -> list:  # noqa: ANN001
+    return [a for kind in WEIGHT_ALERTS for a in lifecycle.open_alerts(s, run_id, kind)]
+
+
+@dataclass(frozen=True)
+class WatchedKeys:
+    exact: set[str]  # keys some rule watches as they are
+    per_worker: set[str]  # base keys some per-worker rule watches (`<worker>/<key>` too)
+
+    def among(self, keys: set[str]) -> set[str]:
+        return {k for k in keys if k in self.exact or (self.per_worker and split_worker_key(k)[1] in self.per_worker)}
+
+
+@dataclass(frozen=True)
+class Measured:
+    value: float | None  # the aggregate (threshold rules) or the score (trend rules)
+    step: int | None
+    breached: bool
+    title: str = ""
+    detail: dict = field(default_factory=dict)
+
+
+def _series_of(rule: Rule, keys: tuple[str, ...]) -> list[str]:
+    """The series of a batch a rule evaluates: its key, and for a per-worker rule each worker's."""
+    def worker_series(key: str) -> bool:
+        worker, base = split_worker_key(key)
+        return rule.per_worker and worker is not None and base == rule.key
+
+    return [k for k in keys if k == rule.key or worker_series(k)]
+
+
+def rule_alert_key(rule: Rule, series_key: str) -> str:
+    """One alert per rule, and per worker for a per-worker rule's worker series."""
+    return f"rule:{rule.id}" if series_key == rule.key else f"rule:{rule.id}:{series_key}"
+
+
+def _measure(s, run_id: int, rule: Rule, series_key: str, firing: bool,  # noqa: ANN001
+             span: BatchSpan | None = None) -> Measured:
+    if rule.kind == "trend":
+        return _measure_trend(s, run_id, rule, series_key, firing)
+    if rule.aggregate == "last" and span is not None:
+        return _measure_batch(rule, series_key, span)
+    value, step = _aggregate(s, run_id, rule, series_key)
+    title = f"{series_key} {rule.aggregate}={value:.4g} {rule.comparison} {rule.threshold:g}" if value is not None else ""
+    return Measured(value, step, rule_logic.breached(value, rule.comparison, rule.threshold), title)
+
+
+def _measure_batch(rule: Rule, series_key: str, span: BatchSpan) -> Measured:
+    """A `last` rule judges every point the batch brought (its worst), not only its newest: hooks
+    send several steps per batch, and a mismatch mid-batch followed by a clean step is still one."""
+    value = rule_logic.worst(span.min, span.max, rule.comparison)
+    if span.first_step == span.last_step:
+        title = f"{series_key} last={value:.4g} {rule.comparison} {rule.threshold:g}"
+    else:
+        extreme = "max" if rule.comparison.startswith(">") else "min"
+        title = (f"{series_key} {extreme} of steps {span.first_step}-{span.last_step}={value:.4g} "
+                 f"{rule.comparison} {rule.threshold:g}")
+    return Measured(value, span.last_step, rule_logic.breached(value, rule.comparison, rule.threshold), title,
+                    {"steps": [span.first_step, span.last_step]})
+
+
+def _measure_trend(s, run_id: int, rule: Rule, series_key: str, firing: bool) -> Measured:  # noqa: ANN001
+    mk = metric_key(s, run_id, series_key)
+    if mk is None or mk.last_step is None:
+        return Measured(None, None, False)
+    values = _newest_points(s, mk, trend.points_needed(rule.window))
+    result = trend.assess(values, rule.window, direction="up" if rule.comparison.startswith(">") else "down")
+    if result is None:
+        return Measured(None, mk.last_step, False)
+    reason = result.reason(series_key, rule.window)
+    detail = {"test": result.test, "score": result.score, "change": result.change, "recent_median": result.recent,
+              "reference_median": result.reference, "noise": result.noise, "points": result.points,
+              "min_change": rule.min_change, "reason": reason}
+    # Hysteresis: a firing trend alert holds until the score falls under half the threshold, so a
+    # score hovering at the threshold is one alert, not one per batch.
+    min_score = rule.threshold * (trend.HOLD_FRACTION if firing else 1.0)
+    return Measured(result.score, mk.last_step, result.breaches(min_score, rule.min_change or 0.0), reason, detail)
+
+
+def _newest_points(s, mk, wanted: int):  # noqa: ANN001, ANN202
+    """About the newest `wanted` points of a series: a step range sized from the series' mean
+    spacing (twice over, for gaps), so the read stays bounded however long the series is."""
+    spacing = max(1.0, (mk.last_step - (mk.first_step or 0)) / max(1, (mk.count or 1) - 1))
+    lo = max(mk.first_step or 0, int(mk.last_step - 2 * wanted * spacing))
+    _, values = read_raw(s, mk.id, lo, None)
+    return values[-wanted:]
+
+
+def _aggregate(s, run_id: int, rule: Rule, series_key: str) -> tuple[float | None, int | None]:  # noqa: ANN001
+    mk = metric_key(s, run_id, series_key)
     if mk is None or mk.last_step is None:
         return None, None
     if rule.aggregate == "last":
         return mk.last_value, mk.last_step
     lo = mk.last_step - max(1, rule.window) + 1
-    from backend.store.metrics import read_raw  # raw points are packed chunks: decode the window's
-
     _, values = read_raw(s, mk.id, lo, None)
     if not len(values):
         return None, mk.last_step
     value = {"mean": values.mean, "max": values.max, "min": values.min}[rule.aggregate]()
     return float(value), mk.last_step
-
-
-def _act(s, run: Run, action: str, reason: str) -> bool:  # noqa: ANN001
-    target = "paused" if action == "pause" else "stopping"
-    allowed = control_store.TRANSITIONS[action][0]
-    if run.control_state not in allowed or run.control_state == target:
-        return False
-    control_store.set_state(s, run, target, ACTOR, reason)
-    return True

@@ -1,19 +1,14 @@
-"""Run control state (running / paused / stopping / stopped) with a version and an audit log."""
+"""Run state rows: the state column with a version, and its audit log (`control_events`).
+Which changes are allowed, and what each one sets off, is backend/alerts/run_state.py."""
 from __future__ import annotations
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from backend.db import Database
-from backend.errors import Conflict
-from backend.models import ControlEvent, Run, utcnow
-from backend.store.runs import get_component, get_run
-
-# action -> (states it may start from, resulting state)
-TRANSITIONS = {
-    "pause": ({"running"}, "paused"),
-    "resume": ({"paused"}, "running"),
-    "stop": ({"running", "paused"}, "stopping"),
-}
+from paritywatch.backend.db import Database
+from paritywatch.backend.models import ControlEvent, Run, utcnow
+from paritywatch.backend.store.paging import PageRequest, keyset, split_page
+from paritywatch.backend.store.runs import get_run
 
 
 def control_of(run: Run) -> dict:
@@ -26,37 +21,7 @@ def control_of(run: Run) -> dict:
     }
 
 
-def apply_action(db: Database, run_id: int, action: str, actor: str | None, reason: str) -> dict:
-    """Change the state; repeating an action that is already in effect is a no-op, not an error."""
-    allowed_from, target = TRANSITIONS[action]
-    with db.write() as s:
-        run = get_run(s, run_id)
-        current = run.control_state
-        if current == target or (action == "stop" and current == "stopped"):
-            return control_of(run)
-        if current not in allowed_from:
-            raise Conflict(f"cannot {action} a run that is {current}")
-        set_state(s, run, target, actor, reason)
-        return control_of(run)
-
-
-def acknowledge_stop(db: Database, run_id: int, component_id: int | None, actor: str, reason: str) -> dict:
-    """A hook reports that its loop has ended after a stop: `stopping` becomes `stopped`.
-    Idempotent (a second report is a no-op); a run nobody asked to stop is a conflict."""
-    with db.write() as s:
-        run = get_run(s, run_id)
-        if component_id is not None:
-            component = get_component(s, run_id, component_id)
-            actor = f"{component.side} {component.worker_id}"
-        if run.control_state == "stopped":
-            return control_of(run)
-        if run.control_state != "stopping":
-            raise Conflict(f"run {run_id} is {run.control_state}: there is no stop to acknowledge")
-        set_state(s, run, "stopped", actor, reason or "the training loop ended after the stop")
-        return control_of(run)
-
-
-def set_state(s, run: Run, target: str, actor: str | None, reason: str) -> None:  # noqa: ANN001
+def set_state(s: Session, run: Run, target: str, actor: str | None, reason: str) -> None:
     s.add(
         ControlEvent(
             run_id=run.id,
@@ -74,14 +39,21 @@ def set_state(s, run: Run, target: str, actor: str | None, reason: str) -> None:
     run.control_updated_at = utcnow()
 
 
+def state_before(s: Session, run_id: int, state: str) -> str | None:
+    """The state the run left when it last entered `state` (what a crashed run goes back to)."""
+    return s.scalar(select(ControlEvent.from_state).where(ControlEvent.run_id == run_id, ControlEvent.to_state == state)
+                    .order_by(ControlEvent.id.desc()).limit(1))
+
+
 def versions(db: Database, run_ids: list[int]) -> dict[int, int]:
     with db.read() as s:
         rows = s.execute(select(Run.id, Run.control_version).where(Run.id.in_(run_ids)))
         return {rid: v for rid, v in rows}
 
 
-def audit(db: Database, run_id: int) -> list[ControlEvent]:
+def audit(db: Database, run_id: int, page: PageRequest = PageRequest(limit=100)) -> tuple[list[ControlEvent], int | None]:
+    """One page of the run's control changes, oldest first, and the next page's position."""
     with db.read() as s:
         get_run(s, run_id)
-        q = select(ControlEvent).where(ControlEvent.run_id == run_id).order_by(ControlEvent.id)
-        return list(s.scalars(q))
+        q = keyset(select(ControlEvent).where(ControlEvent.run_id == run_id), ControlEvent.id, page, newest_first=False)
+        return split_page(s.scalars(q), page, lambda e: e.id)

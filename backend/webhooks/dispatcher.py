@@ -1,142 +1,251 @@
-"""Delivers outbox rows. Any number of backend processes may run one: a delivery is claimed
-atomically (FOR UPDATE SKIP LOCKED on PostgreSQL, the write lock on SQLite) before it is sent,
-so each event goes out once."""
+"""Delivers outbox rows. Any number of backend processes may run one.
+
+Each event goes out once:
+- a delivery is claimed atomically (FOR UPDATE SKIP LOCKED on PostgreSQL, the write lock on
+  SQLite) for `webhook_claim_s`, and the claim is renewed every third of that while the delivery
+  is in flight, so a slow receiver never lets it expire and another replica send it again;
+- a process claims only as many deliveries as it has free sending slots (`webhook_concurrency`),
+  and sends them concurrently on its own asyncio loop: a receiver that answers slowly, or trickles
+  its answer byte by byte, holds one slot until its wall-clock deadline (`webhook_timeout_s`),
+  never the queue.
+
+What is sent is checked at connection time (backend/webhooks/ssrf.py: resolve once, check every
+address, connect to the checked one; no proxy from the environment). Of the receiver's answer
+only the status, Retry-After and the size of at most `webhook_max_answer_bytes` raw (never
+decompressed) bytes are kept: an admin reading the delivery log cannot read internal pages.
+"""
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 import httpx
-from sqlalchemy import or_, select, update
 
-from backend.db import Database
-from backend.models import DeliveryAttempt, Webhook, WebhookDelivery, utcnow
-from backend.settings import Settings
-from backend.webhooks import formats, retry, signing
-from backend.webhooks.ssrf import UnsafeURL, check_url
+from paritywatch.backend.db import Database
+from paritywatch.backend.models import Webhook, WebhookDelivery, utcnow
+from paritywatch.backend.settings import Settings
+from paritywatch.backend.store import deliveries
+from paritywatch.backend.webhooks import formats, retry, signing
+from paritywatch.backend.webhooks.secrets import SecretBox, SecretUnreadable
+from paritywatch.backend.webhooks.ssrf import (
+    AddressPolicy, PinnedBackend, PinnedTransport, Resolver, UnsafeURL, is_refusal, parse_target, system_resolver,
+)
 
 log = logging.getLogger("paritywatch.webhooks")
-CLAIM_BATCH = 20
+# Passed to the retry policy for a target we refuse to contact: a permanent failure, no retry.
+REFUSED = 400
+STOP_GRACE_S = 5.0
 
 
-def _due(now):  # noqa: ANN001, ANN202
-    """Pending, its next attempt due, and not claimed by a live dispatcher."""
-    return (
-        WebhookDelivery.status == "pending",
-        WebhookDelivery.next_attempt_at <= now,
-        or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now),
-    )
+@dataclass(frozen=True)
+class Attempt:
+    status_code: int | None  # what the receiver answered; None when no answer came
+    error: str | None
+    retry_after: float | None = None
+    refused: bool = False  # we did not contact the target (unsafe address): never retried
 
 
 class Dispatcher:
-    def __init__(self, db: Database, settings: Settings):
+    def __init__(self, db: Database, settings: Settings, *, resolver: Resolver = system_resolver,
+                 network_backend=None):  # noqa: ANN001 - an httpcore.AsyncNetworkBackend (tests)
         self.db = db
         self.settings = settings
-        self._wake = threading.Event()
-        self._stop = threading.Event()
+        self.box = SecretBox(settings.secret_keys)
+        self._backend = PinnedBackend(AddressPolicy.from_settings(settings), resolver, network_backend)
+        self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._http = httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._in_flight: set[int] = set()
+
+    # --- lifecycle (called from other threads) ---
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="paritywatch-webhooks", daemon=True)
+        if self._thread is not None and self._thread.is_alive():
+            return  # one loop per dispatcher, however often the app's lifespan runs
+        self._stopping.clear()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="paritywatch-webhooks",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self._stopping.set()
+        self.wake()
         if self._thread:
-            self._thread.join(timeout=5)
-        self._http.close()
+            self._thread.join(timeout=STOP_GRACE_S + 5)
 
     def wake(self) -> None:
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
+        loop, event = self._loop, self._wake
+        if loop is not None and event is not None:
             try:
-                sent = self.run_once()
-            except Exception:  # database down: keep the thread alive, try again shortly
-                log.warning("webhook dispatch failed", exc_info=True)
-                sent = 0
-            if not sent:
-                self._wake.wait(self.settings.webhook_poll_interval_s)
-                self._wake.clear()
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop has closed
+                pass
 
     def run_once(self) -> int:
-        ids = self._claim()
-        for delivery_id in ids:
-            self._deliver(delivery_id)
-        return len(ids)
+        """Claim what is due now (up to the concurrency), send it all, return how many. For tests
+        and tools; never while the background thread runs."""
+        async def once() -> int:
+            async with self._client() as client:
+                ids = await asyncio.to_thread(self._claim, self.settings.webhook_concurrency)
+                await asyncio.gather(*(self._deliver(client, i) for i in ids))
+                return len(ids)
 
-    def _claim(self) -> list[int]:
+        return asyncio.run(once())
+
+    # --- the loop ---
+
+    def _client(self) -> httpx.AsyncClient:
+        # trust_env=False: HTTP(S)_PROXY / ALL_PROXY must not route deliveries around the checks.
+        return httpx.AsyncClient(transport=PinnedTransport(self._backend, self.settings.webhook_concurrency),
+                                 trust_env=False, follow_redirects=False,
+                                 timeout=httpx.Timeout(self.settings.webhook_timeout_s))
+
+    async def _main(self) -> None:
+        wake = asyncio.Event()
+        self._loop, self._wake = asyncio.get_running_loop(), wake
+        tasks: set[asyncio.Task] = set()
+        async with self._client() as client:
+            renewer = asyncio.create_task(self._renew_claims())
+            while not self._stopping.is_set():
+                wake.clear()
+                free = self.settings.webhook_concurrency - len(tasks)
+                ids: list[int] = []
+                if free > 0:
+                    try:
+                        ids = await asyncio.to_thread(self._claim, free)
+                    except Exception:  # database down: keep the loop alive, try again shortly
+                        log.warning("webhook claim failed", exc_info=True)
+                for delivery_id in ids:
+                    task = asyncio.create_task(self._deliver(client, delivery_id))
+                    tasks.add(task)
+                    task.add_done_callback(self._finished(tasks, wake))
+                if ids and len(tasks) < self.settings.webhook_concurrency:
+                    continue  # more may be due right now
+                try:
+                    await asyncio.wait_for(wake.wait(), self.settings.webhook_poll_interval_s)
+                except TimeoutError:
+                    pass
+            if tasks:  # a short grace for in-flight deliveries; the rest are retried once their claim expires
+                _, pending = await asyncio.wait(tasks, timeout=min(self.settings.webhook_timeout_s, STOP_GRACE_S))
+                for task in pending:
+                    task.cancel()
+            renewer.cancel()
+        self._loop = self._wake = None
+
+    def _finished(self, tasks: set, wake: asyncio.Event):  # noqa: ANN202
+        def done(task: asyncio.Task) -> None:
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("webhook delivery crashed", exc_info=task.exception())
+            wake.set()  # a slot is free
+
+        return done
+
+    async def _renew_claims(self) -> None:
+        """Keep the claims of in-flight deliveries alive: nobody else may send them meanwhile."""
+        every = max(0.05, self.settings.webhook_claim_s / 3)
+        while True:
+            await asyncio.sleep(every)
+            if self._in_flight:
+                try:
+                    await asyncio.to_thread(self._extend_claims, set(self._in_flight))
+                except Exception:
+                    log.warning("renewing webhook claims failed", exc_info=True)
+
+    def _extend_claims(self, ids: set[int]) -> None:
+        deliveries.extend_claims(self.db, ids, utcnow() + timedelta(seconds=self.settings.webhook_claim_s))
+
+    def _claim(self, limit: int) -> list[int]:
         now = utcnow()
-        until = now + timedelta(seconds=self.settings.webhook_claim_s)
-        due = (
-            select(WebhookDelivery.id)
-            .where(*_due(now))
-            .order_by(WebhookDelivery.id)
-            .limit(CLAIM_BATCH)
-            .with_for_update(skip_locked=True)
-        )
-        # Idle poll: a read (no write lock, no write transaction on SQLite) finds nothing due, the
-        # common case; only then does the claiming write transaction run.
-        probe = select(WebhookDelivery.id).where(*_due(now)).limit(1)
-        with self.db.read() as s:
-            if s.scalar(probe) is None:
-                return []
-        with self.db.write() as s:
-            ids = list(s.scalars(due))
-            if ids:
-                s.execute(update(WebhookDelivery).where(WebhookDelivery.id.in_(ids)).values(claimed_until=until))
-            return ids
+        return deliveries.claim_due(self.db, limit, now, now + timedelta(seconds=self.settings.webhook_claim_s))
 
-    def _deliver(self, delivery_id: int) -> None:
-        with self.db.read() as s:
-            delivery = s.get(WebhookDelivery, delivery_id)
-            hook = s.get(Webhook, delivery.webhook_id) if delivery else None
-        if delivery is None or hook is None:
-            return
-        started = time.monotonic()
-        status_code, error, retry_after = self._send(hook, delivery)
-        duration_ms = (time.monotonic() - started) * 1000
-        self._record(delivery, status_code, error, retry_after, duration_ms)
+    # --- one delivery ---
 
-    def _send(self, hook: Webhook, delivery: WebhookDelivery) -> tuple[int | None, str | None, float | None]:
+    async def _deliver(self, client: httpx.AsyncClient, delivery_id: int) -> None:
+        self._in_flight.add(delivery_id)
         try:
-            check_url(hook.url, self.settings.allow_loopback_webhooks)
+            delivery, hook = await asyncio.to_thread(self._load, delivery_id)
+            if delivery is None or hook is None:
+                return
+            started = time.monotonic()
+            attempt = await self._send(client, hook, delivery)
+            duration_ms = (time.monotonic() - started) * 1000
+            await asyncio.to_thread(self._record, delivery, attempt, duration_ms)
+        finally:
+            self._in_flight.discard(delivery_id)
+
+    def _load(self, delivery_id: int) -> tuple[WebhookDelivery | None, Webhook | None]:
+        return deliveries.load_delivery(self.db, delivery_id)
+
+    async def _send(self, client: httpx.AsyncClient, hook: Webhook, delivery: WebhookDelivery) -> Attempt:
+        try:
+            parse_target(hook.url)
         except UnsafeURL as exc:
-            return 400, f"refused: {exc}", None  # not retryable: the URL itself is unsafe
-        body = formats.render(hook.format, delivery.payload)
-        headers = signing.headers_for(hook.secret, delivery.event_id, int(time.time()), body)
-        headers["user-agent"] = "paritywatch-webhooks/1"
+            return Attempt(None, f"refused: {exc}", refused=True)
         try:
-            resp = self._http.post(hook.url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return None, f"{type(exc).__name__}: {exc}"[:500], None
-        error = None if resp.is_success else f"HTTP {resp.status_code}: {resp.text[:200]}"
-        return resp.status_code, error, retry.retry_after_s(resp.headers.get("retry-after"), time.time())
+            secret = self.box.open(hook.secret)
+        except SecretUnreadable as exc:  # retried: the operator may fix the key and restart
+            return Attempt(None, f"cannot sign: {exc}")
+        body = formats.render(hook.format, delivery.payload)
+        headers = signing.headers_for(secret, delivery.event_id, int(time.time()), body)
+        headers["user-agent"] = "paritywatch-webhooks/1"
+        headers["accept-encoding"] = "identity"
+        return await self._post(client, hook.url, body, headers)
 
-    def _record(self, delivery, status_code, error, retry_after, duration_ms) -> None:  # noqa: ANN001
+    async def _post(self, client: httpx.AsyncClient, url: str, body: bytes, headers: dict) -> Attempt:
+        """POST under one wall-clock deadline; of the answer keep status, Retry-After and size."""
+        deadline_s = self.settings.webhook_timeout_s
+        limit = self.settings.webhook_max_answer_bytes
+        status, retry_after, size, cut = None, None, 0, ""
+        try:
+            async with asyncio.timeout(deadline_s):
+                async with client.stream("POST", url, content=body, headers=headers) as resp:
+                    status = resp.status_code
+                    retry_after = retry.retry_after_s(resp.headers.get("retry-after"), time.time())
+                    if not resp.is_success:  # its size says something; its text is not ours to keep
+                        async for chunk in resp.aiter_raw():
+                            size += len(chunk)
+                            if size >= limit:
+                                cut = " (not read further)"
+                                break
+        except TimeoutError:
+            if status is None:
+                return Attempt(None, f"no answer within {deadline_s:g} s")
+            cut = f" (answer not complete within {deadline_s:g} s)"
+        except httpx.HTTPError as exc:
+            reason = is_refusal(exc)
+            if reason:
+                return Attempt(None, f"refused: {reason}", refused=True)
+            if status is None:
+                return Attempt(None, f"{type(exc).__name__}: {exc}"[:300])
+            cut = f" (answer broken off: {type(exc).__name__})"
+        if 200 <= status < 300:
+            return Attempt(status, None, retry_after)
+        return Attempt(status, f"HTTP {status}, {size} bytes{cut}", retry_after)
+
+    def _record(self, delivery: WebhookDelivery, attempt: Attempt, duration_ms: float) -> None:
         now = utcnow()
         attempts = delivery.attempts + 1
         outcome = retry.next_step(
-            status_code,
+            REFUSED if attempt.refused else attempt.status_code,
             attempts,
             (now - delivery.created_at).total_seconds(),
-            retry_after,
+            attempt.retry_after,
             self.settings.webhook_backoff_base_s,
             self.settings.webhook_backoff_cap_s,
             self.settings.webhook_give_up_after_s,
         )
-        with self.db.write() as s:
-            s.add(DeliveryAttempt(delivery_id=delivery.id, status_code=status_code, error=error, duration_ms=duration_ms))
-            values = {"attempts": attempts, "status": outcome.status, "claimed_until": None, "last_error": error}
-            if outcome.status == "delivered":
-                values["delivered_at"] = now
-            elif outcome.status == "pending":
-                values["next_attempt_at"] = now + timedelta(seconds=outcome.delay_s)
-            s.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery.id).values(**values))
+        values = {"attempts": attempts, "status": outcome.status, "claimed_until": None, "last_error": attempt.error}
+        if outcome.status == "delivered":
+            values["delivered_at"] = now
+        elif outcome.status == "pending":
+            values["next_attempt_at"] = now + timedelta(seconds=outcome.delay_s)
+        deliveries.record_attempt(self.db, delivery.id, attempt.status_code, attempt.error, duration_ms, values)
         if outcome.status == "failed":
-            log.warning("webhook delivery %s failed for good after %d attempts: %s", delivery.event_id, attempts, error)
+            log.warning("webhook delivery %s failed for good after %d attempts: %s", delivery.event_id, attempts,
+                        attempt.error)

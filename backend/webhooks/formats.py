@@ -12,15 +12,34 @@ def render(fmt: str, payload: dict) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _escape(text: str) -> str:
+    # Slack mrkdwn treats <...> and & specially: escape user-supplied text.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _link(url: str | None, label: str) -> str:
+    return f" <{url}|{label}>" if url else ""
+
+
 def slack_message(payload: dict) -> dict:
     data = payload.get("data", {})
-    alert = data.get("alert") or {}
+    kind = payload.get("type")
     run = data.get("run") or {}
-    if payload.get("type") == "test":
-        return {"text": "Paritywatch test event: this webhook works."}
-    state = "RESOLVED" if payload.get("type") == "alert.resolved" else alert.get("severity", "").upper()
-    emoji = ":white_check_mark:" if state == "RESOLVED" else SEVERITY_EMOJI.get(alert.get("severity"), "")
-    text = f"{emoji} [{state}] {alert.get('title', '')} — run {run.get('project', '')}/{run.get('name', '')}"
-    # Slack mrkdwn treats <...> and & specially: escape user-supplied text.
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return {"text": text}
+    where = f"run {run.get('project', '')}/{run.get('name', '')}"
+    if kind == "test":
+        return {"text": "Paritywatch test event: this webhook works." + _link(data.get("url"), "dashboard")}
+    if kind == "run.control":
+        control = data.get("control") or {}
+        why = f": {control['reason']}" if control.get("reason") else ""
+        text = f"{where} is now {control.get('state', run.get('state', '?'))} (by {control.get('actor') or 'paritywatch'}{why})"
+        return {"text": _escape(text) + _link(run.get("url"), "open run")}
+    alert = data.get("alert") or {}
+    if kind == "alert.acknowledged":
+        text = f":eyes: {data.get('actor', 'someone')} acknowledged {alert.get('title', '')} — {where}"
+        return {"text": _escape(text) + _link(run.get("url"), "open run")}
+    resolved = kind == "alert.resolved"
+    emoji = ":white_check_mark:" if resolved else SEVERITY_EMOJI.get(alert.get("severity"), "")
+    text = data.get("summary") or f"[{'RESOLVED' if resolved else alert.get('severity', '').upper()}] {alert.get('title', '')} — {where}"
+    if data.get("reason"):
+        text += f" (why now: {data['reason']})"
+    return {"text": f"{emoji} {_escape(text)}" + _link(run.get("url"), "open run")}

@@ -1,6 +1,9 @@
 // REST client for /api/v1: bearer token from sessionStorage, one error type, the run stream.
 
-const BASE = '/api/v1';
+/** The server's GET /api/v1/ui-config document (the wire contract's constants the dashboard uses),
+ * embedded in the page by the server so no copy of them lives here and the first paint waits for nothing. */
+export const UI_CONFIG = JSON.parse(document.querySelector('meta[name="ui-config"]').content);
+const BASE = UI_CONFIG.api_prefix;
 const TOKEN_KEY = 'paritywatch.token';
 
 export class ApiError extends Error {

@@ -7,28 +7,42 @@ const identity = document.getElementById('identity');
 let cleanup = null;
 
 const routes = [
-  [/^#?\/?(runs)?$/, 'runs', async () => (await import('./runs.js')).renderRuns(view)],
-  [/^#\/runs\/(\d+)$/, 'runs', async (m) => (await import('./run.js')).renderRun(view, Number(m[1]))],
-  [/^#\/settings$/, 'settings', async () => (await import('./settings.js')).renderWebhooks(view)],
-  [/^#\/signin$/, 'signin', async () => renderSignIn(view)],
+  [/^#?\/?(runs)?$/, 'runs', async (m, root) => (await import('./runs.js')).renderRuns(root)],
+  [/^#\/runs\/(\d+)$/, 'runs', async (m, root) => (await import('./run.js')).renderRun(root, Number(m[1]))],
+  [/^#\/compare(?:\?(.*))?$/, 'compare', async (m, root) => (await import('./compare.js')).renderCompare(root, m[1])],
+  [/^#\/settings$/, 'settings', async (m, root) => (await import('./settings.js')).renderWebhooks(root)],
+  [/^#\/signin$/, 'signin', async (m, root) => renderSignIn(root)],
 ];
 
+const runCleanup = (fn) => { try { if (fn) fn(); } catch { /* a view's cleanup never blocks navigation */ } };
+let navigations = 0; // the latest navigation's number
+
+// Each navigation draws into a page root of its own, swapped into #view at once (charts need
+// layout). A page that finishes late (its module or its data arrived after the user moved on, or
+// one of its refreshes was in flight) draws into its detached root, never over the current page.
 async function route() {
-  if (cleanup) { try { cleanup(); } catch { /* a view's cleanup never blocks navigation */ } cleanup = null; }
+  runCleanup(cleanup);
+  cleanup = null;
+  const seq = ++navigations;
   const hash = location.hash || '#/runs';
+  const root = h('div', { class: 'page-root' });
+  view.replaceChildren(root);
   for (const [pattern, nav, render] of routes) {
     const m = hash.match(pattern);
     if (!m) continue;
     for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === nav);
-    clear(view, h('p', { class: 'muted' }, 'Loading…'));
+    clear(root, h('p', { class: 'muted' }, 'Loading…'));
+    let done = null;
     try {
-      cleanup = (await render(m)) || null;
+      done = (await render(m, root)) || null;
     } catch (err) {
-      clear(view, errorState(err, route));
+      if (seq === navigations) clear(root, errorState(err, route));
     }
+    if (seq === navigations) cleanup = done;
+    else runCleanup(done); // overtaken by a later navigation: stop this page's timers and streams
     return;
   }
-  clear(view, errorState(new ApiError(404, 'not_found', `There is no page at ${hash}.`)));
+  clear(root, errorState(new ApiError(404, 'not_found', `There is no page at ${hash}.`)));
 }
 
 export async function renderIdentity() {

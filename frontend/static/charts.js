@@ -1,20 +1,26 @@
-// Metric charts: every logged key grouped by prefix, drawn lazily, downsampled by the server to the
-// chart's width, zoom fetching finer buckets, live append, rule thresholds and alert markers.
-import { api, qs } from './api.js';
+// Metric charts: every logged key grouped by prefix (pinned keys, then the common training keys
+// first), drawn lazily, downsampled by the server to the chart's width, zoom fetching finer buckets,
+// live append, rule thresholds and alert markers.
+import { api, qs, UI_CONFIG } from './api.js';
 import { clear, fmt, h } from './dom.js';
 
 const COLORS = { error: '#c62828', warning: '#b26a00', info: '#1565c0' };
 const LINE = '#2457c5';
 const MAX_CONCURRENT = 4;
 const MAX_POINTS = 4000;
+// Below this many steps across, Plotly's automatic ticks go fractional (0.5 steps): force one per step.
+const MIN_AUTO_TICK_SPAN = 10;
+// What a trainer logs under these names (any prefix: "loss", "train/loss") is what people look at first.
+export const COMMON_KEYS = ['loss', 'reward', 'reward_std', 'kl', 'entropy', 'grad_norm', 'learning_rate', 'epoch'];
+const PINNED_STORAGE = 'paritywatch.pinned-metrics';
 
 let plotlyPromise = null;
 /** plotly.js from the installed plotly package, at a versioned (immutable) URL. The page's
  * <link rel=preload> names it, so the 4.7 MB download starts while the HTML is parsed; without it,
- * the URL comes from /ui-config. */
+ * the URL comes from the page's ui-config. */
 function plotlyUrl() {
   const preload = document.querySelector('link[rel=preload][as=script][href*="/vendor/plotly-"]');
-  return preload ? Promise.resolve(preload.getAttribute('href')) : api('/ui-config').then((cfg) => cfg.plotly_url);
+  return Promise.resolve(preload ? preload.getAttribute('href') : UI_CONFIG.plotly_url);
 }
 
 export function loadPlotly() {
@@ -31,15 +37,53 @@ export function loadPlotly() {
   return plotlyPromise;
 }
 
-/** Group metric keys by prefix ("align/kl_k3" → "align"), align first, then alphabetical. */
-export function groupKeys(keys) {
-  const groups = new Map();
-  for (const k of keys) {
-    const prefix = k.key.includes('/') ? k.key.slice(0, k.key.indexOf('/')) : '(no prefix)';
-    if (!groups.has(prefix)) groups.set(prefix, []);
-    groups.get(prefix).push(k);
+/** Pinned metric keys, in pin order; kept in this browser for every run. */
+export function pinnedKeys() {
+  try {
+    const stored = JSON.parse(localStorage.getItem(PINNED_STORAGE) || '[]');
+    return Array.isArray(stored) ? stored.filter((k) => typeof k === 'string') : [];
+  } catch { return []; }
+}
+
+function setPinned(key, pinned) {
+  const keys = pinnedKeys().filter((k) => k !== key);
+  if (pinned) keys.push(key);
+  try { localStorage.setItem(PINNED_STORAGE, JSON.stringify(keys)); } catch { /* storage full or off: pins last this page */ }
+}
+
+const leaf = (key) => key.slice(key.lastIndexOf('/') + 1);
+
+/**
+ * Group metric keys: {id, label, items}. Pinned keys first (in pin order), then the common training
+ * keys (COMMON_KEYS order), then one group per prefix ("align/kl_k3" → "align"): align first, then
+ * alphabetical, keys without a prefix last. A key shows in one group only.
+ */
+export function groupKeys(keys, pinned = []) {
+  const pinRank = new Map(pinned.map((k, i) => [k, i]));
+  const pins = keys.filter((k) => pinRank.has(k.key)).sort((a, b) => pinRank.get(a.key) - pinRank.get(b.key));
+  const rest = keys.filter((k) => !pinRank.has(k.key));
+  const training = rest.filter((k) => COMMON_KEYS.includes(leaf(k.key)))
+    .sort((a, b) => COMMON_KEYS.indexOf(leaf(a.key)) - COMMON_KEYS.indexOf(leaf(b.key)) || a.key.localeCompare(b.key));
+  const byPrefix = new Map();
+  for (const k of rest) {
+    if (training.includes(k)) continue;
+    const prefix = k.key.includes('/') ? k.key.slice(0, k.key.indexOf('/')) : '';
+    if (!byPrefix.has(prefix)) byPrefix.set(prefix, []);
+    byPrefix.get(prefix).push(k);
   }
-  return [...groups.entries()].sort(([a], [b]) => (b === 'align') - (a === 'align') || a.localeCompare(b));
+  const rank = (p) => (p === 'align' ? 0 : p === '' ? 2 : 1);
+  const prefixes = [...byPrefix.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  return [
+    ...(pins.length ? [{ id: 'pinned', label: '★ pinned', items: pins }] : []),
+    ...(training.length ? [{ id: 'training', label: 'training', items: training }] : []),
+    ...prefixes.map((p) => ({ id: `prefix:${p}`, prefix: p, label: p || '(no prefix)', items: byPrefix.get(p) })),
+  ];
+}
+
+/** Step-axis ticks on whole steps: Plotly picks fractional ones (0.5) on a span of a few steps. */
+export function stepTicks(stepMin, stepMax) {
+  const span = Number(stepMax) - Number(stepMin);
+  return Number.isFinite(span) && span <= MIN_AUTO_TICK_SPAN ? { tickmode: 'linear', tick0: 0, dtick: 1, tickformat: 'd' } : { tickformat: 'd' };
 }
 
 // A tiny limiter: at most MAX_CONCURRENT series requests at once, so hundreds of charts do not stampede.
@@ -65,13 +109,25 @@ class Chart {
     this.ctx = ctx;
     this.plot = h('div', { class: 'plot' }, h('p', { class: 'plot-placeholder muted small' }, 'Drawn when scrolled into view…'));
     this.caption = h('figcaption', { class: 'chart-caption muted small' }, `${fmt(meta.count)} points`);
+    this.pin = h('button', { class: 'pin', type: 'button', on: { click: () => ctx.onPin?.(this.key, !this.pinned) } });
+    this.setPinned(false);
     this.el = h('figure', { class: 'chart', dataset: { key: meta.key } },
       h('div', { class: 'chart-head' }, h('h3', { class: 'chart-title', title: meta.key }, meta.key),
-        h('span', { class: 'muted small' }, meta.last_value !== undefined && meta.last_value !== null ? `last ${formatValue(meta.last_value)}` : '')),
+        h('span', { class: 'chart-meta' },
+          h('span', { class: 'muted small' }, meta.last_value !== undefined && meta.last_value !== null ? `last ${formatValue(meta.last_value)}` : ''),
+          this.pin)),
       this.plot, this.caption);
     this.loaded = false;
     this.zoomed = null; // [stepMin, stepMax] while zoomed in
     this.data = null;
+  }
+
+  setPinned(pinned) {
+    this.pinned = pinned;
+    this.pin.textContent = pinned ? '★' : '☆';
+    this.pin.setAttribute('aria-pressed', String(pinned));
+    this.pin.setAttribute('aria-label', `${pinned ? 'Unpin' : 'Pin'} ${this.key}`);
+    this.pin.title = pinned ? 'Unpin' : 'Pin to the top of the metrics (kept in this browser)';
   }
 
   targetPoints() {
@@ -100,19 +156,24 @@ class Chart {
       { x: b.step, y: b.max, name: 'max', type: 'scatter', mode: 'lines', line: { width: 0 }, hoverinfo: 'skip', showlegend: false },
       { x: b.step, y: b.min, name: 'min', type: 'scatter', mode: 'lines', line: { width: 0 }, fill: 'tonexty',
         fillcolor: 'rgba(36,87,197,0.14)', hoverinfo: 'skip', showlegend: false },
-      { x: b.step, y: b.last, name: 'last', type: 'scatter', mode: 'lines', line: { color: LINE, width: 1.5 },
+      // A line needs two points: a lone point is drawn as a marker, or the chart looks empty.
+      { x: b.step, y: b.last, name: 'last', type: 'scatter', mode: b.step.length > 1 ? 'lines' : 'markers',
+        line: { color: LINE, width: 1.5 }, marker: { color: LINE, size: 7 },
         hovertemplate: 'step %{x}<br>%{y:.6g}<extra></extra>' },
     ];
   }
 
   layout() {
     const { shapes, annotations } = decorations(this.key, this.ctx);
+    const steps = this.data.buckets.step;
+    const ticks = this.zoomed ? stepTicks(this.zoomed[0], this.zoomed[1]) : stepTicks(steps[0], steps[steps.length - 1]);
     return {
-      height: 220, margin: { l: 52, r: 12, t: 6, b: 30 }, showlegend: false, hovermode: 'closest',
+      // The top margin holds the alert markers (under the axis they covered its tick labels).
+      height: 220, margin: { l: 52, r: 12, t: 16, b: 30 }, showlegend: false, hovermode: 'closest',
       paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)',
       font: { family: 'system-ui, -apple-system, Segoe UI, Roboto, sans-serif', size: 11, color: '#4a5160' },
-      xaxis: this.zoomed ? { range: this.zoomed, autorange: false, gridcolor: '#eceef2', zeroline: false }
-        : { autorange: true, gridcolor: '#eceef2', zeroline: false },
+      xaxis: this.zoomed ? { range: this.zoomed, autorange: false, gridcolor: '#eceef2', zeroline: false, ...ticks }
+        : { autorange: true, gridcolor: '#eceef2', zeroline: false, ...ticks },
       yaxis: { autorange: true, gridcolor: '#eceef2', zeroline: false, exponentformat: 'SI' },
       shapes, annotations,
     };
@@ -190,7 +251,7 @@ export function decorations(key, ctx) {
   const shapes = [];
   const annotations = [];
   for (const rule of ctx.rules || []) {
-    if (rule.key !== key || rule.enabled === false) continue;
+    if (rule.key !== key || rule.enabled === false || rule.kind === 'trend') continue;  // a trend's threshold is a score
     const color = COLORS[rule.severity] || COLORS.warning;
     shapes.push({ type: 'line', xref: 'paper', x0: 0, x1: 1, yref: 'y', y0: rule.threshold, y1: rule.threshold,
       line: { color, width: 1.2, dash: 'dash' } });
@@ -199,17 +260,17 @@ export function decorations(key, ctx) {
   }
   for (const alert of ctx.alerts || []) {
     if (alert.step === null || alert.step === undefined) continue;
-    if (alert.kind === 'metric_threshold' && alert.detail?.key !== key) continue;
+    if ((alert.kind === 'metric_threshold' || alert.kind === 'metric_trend') && alert.detail?.key !== key) continue;
     const color = COLORS[alert.severity] || COLORS.info;
     shapes.push({ type: 'line', xref: 'x', x0: alert.step, x1: alert.step, yref: 'paper', y0: 0, y1: 1,
       line: { color, width: 1, dash: 'dot' }, opacity: 0.6 });
-    annotations.push({ xref: 'x', x: alert.step, yref: 'paper', y: 0, yanchor: 'top', showarrow: false, text: '▲',
+    annotations.push({ xref: 'x', x: alert.step, yref: 'paper', y: 1, yanchor: 'bottom', showarrow: false, text: '▼',
       font: { size: 11, color }, hovertext: `alert ${Number(alert.id)} · ${alert.severity} · ${alert.kind} · step ${Number(alert.step)}` });
   }
   return { shapes, annotations };
 }
 
-function formatValue(v) {
+export function formatValue(v) {
   const n = Number(v);
   return Math.abs(n) >= 1e4 || (Math.abs(n) < 1e-3 && n !== 0) ? n.toExponential(3) : String(Number(n.toPrecision(5)));
 }
@@ -232,23 +293,26 @@ export function createCharts(container, runId, ctx) {
   const count = h('span', { class: 'muted small' });
   clear(container, h('div', { class: 'section-head' }, h('h2', {}, 'Metrics'), count, filter), body);
   let keys = [];
+  ctx.onPin = (key, pinned) => { setPinned(key, pinned); build(); };
 
   function build() {
     const needle = filter.value.trim().toLowerCase();
     const shown = keys.filter((k) => !needle || k.key.toLowerCase().includes(needle));
     count.textContent = `${shown.length} of ${keys.length} key(s)`;
     if (!keys.length) { clear(body, h('p', { class: 'muted' }, 'No metrics logged yet.')); return; }
-    const groups = groupKeys(shown);
-    clear(body, groups.map(([prefix, items]) => {
+    const pinned = pinnedKeys();
+    const groups = groupKeys(shown, pinned);
+    clear(body, groups.map(({ id, prefix, label, items }) => {
       const grid = h('div', { class: 'chart-grid' });
-      const open = prefix === 'align' || shown.length <= 12 || Boolean(needle) || groups.length === 1;
-      const details = h('details', { class: 'chart-group', open, dataset: { prefix } },
-        h('summary', {}, h('span', { class: 'group-name' }, prefix), h('span', { class: 'muted small' }, `${items.length} chart(s)`)), grid);
+      const open = id === 'pinned' || id === 'training' || prefix === 'align' || shown.length <= 12 || Boolean(needle) || groups.length === 1;
+      const details = h('details', { class: 'chart-group', open, dataset: { group: id, ...(prefix === undefined ? {} : { prefix }) } },
+        h('summary', {}, h('span', { class: 'group-name' }, label), h('span', { class: 'muted small' }, `${items.length} chart(s)`)), grid);
       const fill = () => {
         if (grid.childNodes.length) return;
         for (const meta of items) {
           let chart = charts.get(meta.key);
           if (!chart) { chart = new Chart(runId, meta, ctx); charts.set(meta.key, chart); }
+          chart.setPinned(pinned.includes(meta.key));
           grid.append(chart.el);
           if (!chart.loaded) observer.observe(chart.el);
         }

@@ -5,7 +5,17 @@ import { ago, clear, h, modal, stateBadge, when } from './dom.js';
 const ACTIONS = {
   pause: { label: 'Pause', verb: 'Pause', allowed: ['running'], cls: 'warn', help: 'Hooks block at the next step boundary until resumed.' },
   resume: { label: 'Resume', verb: 'Resume', allowed: ['paused'], cls: 'primary', help: 'Training continues from where it blocked.' },
-  stop: { label: 'Stop', verb: 'Stop', allowed: ['running', 'paused'], cls: 'danger', help: 'Hooks report should_stop; the run is "stopping" until the training loop ends, then "stopped". This cannot be undone.' },
+  stop: { label: 'Stop', verb: 'Stop', allowed: ['running', 'paused', 'crashed'], cls: 'danger', help: 'Hooks report should_stop; the run is "stopping" until the training loop ends, then "stopped" (a crashed run stops at once). This cannot be undone.' },
+};
+
+// What each state means, shown beside the badge.
+const STATE_HELP = {
+  running: 'processes may train',
+  paused: 'hooks block at the next step boundary',
+  stopping: 'waiting for the training loop to end',
+  stopped: 'ended by a stop',
+  finished: 'its trainer closed: a clean end',
+  crashed: 'every process fell silent without closing',
 };
 
 /** Ask for a reason, confirm, POST the action. Resolves to the new Control, or null if cancelled. */
@@ -50,10 +60,11 @@ export function renderControls(container, run, me, onChange) {
   });
   clear(container,
     h('div', { class: 'control-state' }, stateBadge(control.state),
+      h('span', { class: 'muted small state-help' }, STATE_HELP[control.state] || ''),
       h('span', { class: 'control-meta', title: when(control.updated_at) },
         control.actor ? ['by ', h('strong', { class: 'actor' }, control.actor)] : 'initial state',
         control.reason ? [' · ', h('span', { class: 'reason' }, `“${control.reason}”`)] : '',
-        ` · ${ago(control.updated_at)}`)),
+        ` · since ${ago(control.updated_at)}`)),
     h('div', { class: 'control-buttons' }, buttons,
       admin ? null : h('span', { class: 'muted small' }, 'Read-only: controls need the admin scope.')));
 }

@@ -1,4 +1,5 @@
 // DOM helpers: every piece of data reaches the page as a text node or an attribute, never as HTML.
+import { UI_CONFIG } from './api.js';
 
 /** h('a', {href: '#/', class: 'x', dataset: {id: 1}, on: {click: fn}}, 'text', child) */
 export function h(tag, attrs = {}, ...children) {
@@ -60,7 +61,7 @@ export function badge(text, kind) {
   return h('span', { class: `badge badge-${kind}` }, text);
 }
 
-export const SEVERITIES = ['error', 'warning', 'info'];
+export const SEVERITIES = UI_CONFIG.severities;
 
 export function severityBadges(counts = {}) {
   const items = SEVERITIES.filter((s) => counts[s] > 0).map((s) =>
@@ -86,7 +87,7 @@ export function errorState(err, retry) {
     action = h('a', { class: 'button primary', href: '#/signin' }, 'Sign in with a token');
   } else if (status === 403) {
     title = 'Not allowed';
-    hint = `${err.message}. Your token does not carry the scope this needs.`;
+    hint = `${err.message}: your token does not have it.`; // the server's message names the scope: say it once
     action = h('a', { class: 'button', href: '#/signin' }, 'Use another token');
   } else if (status === 404) {
     title = 'Not found';

@@ -1,12 +1,13 @@
 // Parity panel: trainer vs each group of rollout workers (same fingerprint = one group), component by component.
+import { UI_CONFIG } from './api.js';
 import { ago, ageSeconds, clear, h } from './dom.js';
-import { openDiff } from './diff.js';
+import { diffFocus, firstRenderedProbe, openDiff, renderedProbe } from './diff.js';
 
 const STALE_S = 60;
 const VERDICT_TEXT = { same: 'same as trainer', info: 'differs (info only)', warning: 'differs (warning)', error: 'differs', unknown: 'not comparable' };
-// Fingerprint component order (DESIGN.md); unknown names are appended.
-const ORDER = ['behavior', 'vocab', 'merges', 'added_tokens', 'special_tokens', 'encode_flags', 'chat_template', 'generation_eos',
-  'image_processor', 'processor', 'model_params', 'normalizer', 'pre_tokenizer', 'post_processor', 'decoder', 'sampling_defaults', 'runtime'];
+// Fingerprint component order (docs/design.md, "Fingerprints and verdicts"; the chat template first: the most
+// readable cause); unknown names are appended.
+const ORDER = UI_CONFIG.fingerprint_component_order;
 
 export function groupLabel(group) {
   const n = group.components.length;
@@ -35,7 +36,9 @@ export function renderParity(container, parity) {
   const names = componentNames(parity);
   const table = h('table', { class: 'table parity-table' },
     h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'component'),
-      groups.map((g, i) => h('th', { scope: 'col', class: `group-head verdict-${g.verdict}`, dataset: { group: i } }, groupLabel(g))))),
+      groups.map((g, i) => h('th', { scope: 'col', class: `group-head verdict-${g.verdict}`, dataset: { group: i } }, groupLabel(g),
+        g.diff?.components?.length ? [' ', h('button', { class: 'link-button small', dataset: { action: 'show-diff' },
+          on: { click: () => openDiff(groupLabel(g), g.diff, diffFocus(g.diff)) } }, 'show diff')] : null)))),
     h('tbody', {}, names.map((name) => h('tr', { dataset: { component: name } },
       h('th', { scope: 'row' }, h('code', {}, name)),
       groups.map((g, i) => cell(g, i, name))))));
@@ -44,6 +47,7 @@ export function renderParity(container, parity) {
       ? ['Trainer ', h('code', {}, trainer.worker_id), ` · fingerprint ${String(trainer.digest || '').slice(0, 12)}…`]
       : 'No trainer fingerprint yet: rollout workers cannot be compared.'),
     groups.length ? h('div', { class: 'table-wrap' }, table) : h('p', { class: 'muted' }, 'No rollout worker has sent a fingerprint yet.'),
+    probePreviews(groups),
     groups.map(workerList),
     missing.length ? h('p', { class: 'note' }, `${missing.length} component(s) have not sent a fingerprint: `,
       missing.map((m) => `${m.side} ${m.worker_id}`).join(', ')) : null);
@@ -56,6 +60,25 @@ function cell(group, index, name) {
   const open = () => openDiff(`${groupLabel(group)}: ${name}`, group.diff, name);
   return h('td', { class: `cell-differs sev-${row.severity}`, dataset: { state: 'differs', severity: row.severity } },
     h('button', { class: 'link-button', title: row.summary || '', on: { click: open } }, `✗ differs · ${row.severity}`));
+}
+
+const VERB = { chat: 'renders', encode: 'encodes', encode_no_special: 'encodes', decode: 'decodes' };
+// The same text with other ids: a vocabulary or special-token difference, not a template one.
+const verb = (row) => (row.tokens && row.text && row.text.a === row.text.b ? 'tokenizes' : VERB[row.part] || 'handles');
+
+/** For each differing group, what its workers render differently from the trainer: the first differing
+ *  probe conversation on both sides and the tokens at the first differing id (the first group open). */
+function probePreviews(groups) {
+  let first = true;
+  return groups.map((g, i) => {
+    const row = g.verdict === 'same' ? null : firstRenderedProbe(g.diff);
+    if (!row) return null;
+    const open = first;
+    first = false;
+    return h('details', { class: 'probe-preview', open, dataset: { group: i } },
+      h('summary', {}, `${groupLabel(g)}: ${verb(row)} `, h('code', {}, String(row.probe)), ' differently'),
+      renderedProbe(g.diff));
+  });
 }
 
 function workerList(group) {

@@ -1,6 +1,11 @@
-// Runs list: name, project, state, components with heartbeat age, firing alerts, last step; filter and sort.
-import { api } from './api.js';
-import { ageSeconds, ago, clear, errorState, fmt, h, severityBadges, stateBadge } from './dom.js';
+// Runs list: name, project, state and since when, processes (live / closed / lost) with heartbeat age,
+// firing alerts, last step; filter (the state filter is the server's) and sort.
+import { api, qs, UI_CONFIG } from './api.js';
+import { compareButton, pickBox } from './compare.js';
+import { ageSeconds, ago, clear, errorState, fmt, h, severityBadges, stateBadge, when } from './dom.js';
+
+// The run states, in the order of their lifecycle (docs/design.md, "Runs, processes and control").
+export const RUN_STATES = UI_CONFIG.run_states;
 
 const STALE_S = 60;
 const REFRESH_MS = 5000;
@@ -21,8 +26,9 @@ export function renderRuns(root) {
   const body = h('tbody');
   const status = h('p', { class: 'muted small', 'aria-live': 'polite' });
   const projectSelect = h('select', { 'aria-label': 'Project', on: { change: (e) => { filters.project = e.target.value; draw(); } } });
+  const compareSlot = h('span', { class: 'compare-slot' });
   const table = h('table', { class: 'table runs-table' }, h('thead', {}, h('tr', {},
-    header('Name', 'name'), header('Project', 'project', 'hide-sm'), header('State', 'state'),
+    h('th', { class: 'pick-col' }, h('span', { class: 'visually-hidden' }, 'Compare')), header('Name', 'name'), header('Project', 'project', 'hide-sm'), header('State', 'state'),
     h('th', { class: 'hide-sm' }, 'Trainer'), h('th', {}, 'Rollout'), header('Firing alerts', 'alerts'),
     header('Last step', 'last_step', 'num'))), body);
   const content = h('div', { class: 'table-wrap' }, table);
@@ -32,8 +38,9 @@ export function renderRuns(root) {
       h('input', { type: 'search', placeholder: 'Filter by name, project or tag', 'aria-label': 'Filter runs', value: filters.text,
         on: { input: (e) => { filters.text = e.target.value.toLowerCase(); draw(); } } }),
       projectSelect,
-      h('select', { 'aria-label': 'State', on: { change: (e) => { filters.state = e.target.value; draw(); } } },
-        ['', 'running', 'paused', 'stopping', 'stopped'].map((s) => h('option', { value: s, selected: filters.state === s }, s || 'any state')))),
+      h('select', { 'aria-label': 'State', name: 'state', on: { change: (e) => { filters.state = e.target.value; reload(); } } },
+        ['', ...RUN_STATES].map((s) => h('option', { value: s, selected: filters.state === s }, s || 'any state'))),
+      compareSlot),
     content);
 
   let runs = [];
@@ -51,7 +58,6 @@ export function renderRuns(root) {
   function visible() {
     const key = SORTS[filters.sort];
     const rows = runs.filter((r) => (!filters.project || r.project === filters.project)
-      && (!filters.state || r.control.state === filters.state)
       && (!filters.text || [r.name, r.project, ...Object.entries(r.tags || {}).flat()].join(' ').toLowerCase().includes(filters.text)));
     rows.sort((a, b) => { const x = key(a); const y = key(b); return (x < y ? -1 : x > y ? 1 : 0) * (filters.desc ? -1 : 1); });
     return rows;
@@ -65,50 +71,79 @@ export function renderRuns(root) {
     clear(projectSelect, h('option', { value: '' }, 'all projects'),
       projects.map((p) => h('option', { value: p, selected: p === filters.project }, p)));
     const rows = visible();
-    clear(body, rows.length ? rows.map(row) : h('tr', {}, h('td', { colspan: 7, class: 'empty' },
-      runs.length ? 'No run matches these filters.' : 'No runs yet. Point a ParityMonitor at this server to see one here.')));
+    clear(body, rows.length ? rows.map((r) => row(r, drawCompare)) : h('tr', {}, h('td', { colspan: 8, class: 'empty' },
+      runs.length || filters.state ? 'No run matches these filters.' : 'No runs yet. Point a ParityMonitor at this server to see one here.')));
     status.textContent = `${rows.length} of ${runs.length} run(s) · refreshed ${new Date().toLocaleTimeString()}`;
+    drawCompare();
   }
 
+  function drawCompare() { clear(compareSlot, compareButton(runs.map((r) => r.id))); }
+
   async function load() {
+    clearTimeout(timer);
+    const state = filters.state;
     try {
-      runs = (await api('/runs')).runs;
+      const fresh = (await api(`/runs${qs({ state })}`)).runs;
+      if (state !== filters.state) return; // the filter changed meanwhile: that load draws
+      runs = fresh;
       draw();
     } catch (err) {
+      if (err.status === 401) { signInFirst(err); return; }
       clear(content, errorState(err, () => { clear(content, table); load(); }));
     }
     if (!disposed) timer = setTimeout(load, REFRESH_MS);
   }
+
+  /** Signed out: the filters would be empty and useless; say what to do instead (no refresh loop). */
+  function signInFirst(err) {
+    clear(root, h('div', { class: 'page-head' }, h('h1', {}, 'Runs')), errorState(err));
+  }
+
+  function reload() { clear(body); status.textContent = 'loading…'; load(); }
 
   load();
   if ('requestIdleCallback' in window) requestIdleCallback(() => import('./charts.js').then((m) => m.loadPlotly()).catch(() => {}));
   return () => { disposed = true; clearTimeout(timer); };
 }
 
-function row(run) {
+function row(run, onPick) {
   const trainers = run.components.filter((c) => c.side === 'trainer');
   const rollouts = run.components.filter((c) => c.side === 'rollout');
   const errors = (run.firing_alerts || {}).error > 0;
   return h('tr', { class: errors ? 'row-alert' : '', dataset: { runId: run.id, runName: run.name } },
+    h('td', { class: 'pick-col' }, pickBox(run, onPick)),
     h('td', {}, h('a', { class: 'run-link', href: `#/runs/${run.id}` }, run.name),
       h('div', { class: 'muted small show-sm' }, run.project)),
     h('td', { class: 'hide-sm' }, run.project),
-    h('td', {}, stateBadge(run.control.state)),
+    h('td', {}, stateBadge(run.control.state),
+      h('div', { class: 'muted small since', title: when(run.control.updated_at) }, `since ${ago(run.control.updated_at)}`)),
     h('td', { class: 'hide-sm' }, componentsCell(trainers)),
     h('td', {}, componentsCell(rollouts)),
     h('td', { class: 'alerts-cell' }, severityBadges(run.firing_alerts)),
     h('td', { class: 'num' }, fmt(run.last_step)));
 }
 
+export function processCounts(components) {
+  const counts = { live: 0, closed: 0, lost: 0 };
+  for (const c of components) counts[c.status || 'live'] += 1;
+  return counts;
+}
+
 function componentsCell(components) {
   if (!components.length) return h('span', { class: 'muted' }, 'none');
-  const ages = components.map((c) => ageSeconds(c.last_heartbeat));
-  const newest = Math.min(...ages);
-  const stale = ages.filter((a) => a > STALE_S).length;
+  const live = components.filter((c) => (c.status || 'live') === 'live');
+  const counts = processCounts(components);
   const label = components.length === 1 ? components[0].worker_id : `${components.length} workers`;
-  const freshest = components[ages.indexOf(newest)];
+  const ended = [counts.closed ? `${counts.closed} closed` : '', counts.lost ? `${counts.lost} lost` : ''].filter(Boolean);
+  if (!live.length) {
+    return h('div', { class: 'component-cell', dataset: { processes: 'ended' } }, h('span', {}, label),
+      h('span', { class: ['heartbeat', counts.lost ? 'stale' : 'ended'] }, ended.join(' · ')));
+  }
+  const ages = live.map((c) => ageSeconds(c.last_heartbeat));
+  const freshest = live[ages.indexOf(Math.min(...ages))];
+  const stale = ages.filter((a) => a > STALE_S).length;
   return h('div', { class: 'component-cell' },
     h('span', {}, label),
-    h('span', { class: ['heartbeat', stale ? 'stale' : 'fresh'], title: 'last heartbeat' },
-      `♥ ${ago(freshest.last_heartbeat)}`, stale ? ` · ${stale} stale` : ''));
+    h('span', { class: ['heartbeat', stale || counts.lost ? 'stale' : 'fresh'], title: 'last heartbeat of a live process' },
+      `♥ ${ago(freshest.last_heartbeat)}`, stale ? ` · ${stale} stale` : '', ended.length ? ` · ${ended.join(' · ')}` : ''));
 }

@@ -1,5 +1,5 @@
 // Settings: per-run rules and mismatch policy; webhooks (add, send test, delivery log).
-import { api, isAdmin, whoami } from './api.js';
+import { api, isAdmin, UI_CONFIG, whoami } from './api.js';
 import { ago, badge, clear, errorState, h, when } from './dom.js';
 
 const field = (label, input) => h('label', { class: 'field' }, h('span', {}, label), input);
@@ -7,13 +7,14 @@ const select = (name, options, value) => h('select', { name }, options.map((o) =
 
 // ------------------------------------------------------------------ per-run: mismatch policy + rules
 
-export function renderRunSettings(container, runId, me, onRules) {
+export function renderRunSettings(container, runId, me, onRules) {  // returns a function that reloads the rules
   const admin = isAdmin(me);
   const policy = h('div', { class: 'policy' });
   const rules = h('div', { class: 'rules' });
   clear(container, h('div', { class: 'section-head' }, h('h2', {}, 'Rules and settings')), policy, rules);
   loadPolicy();
   loadRules();
+  return loadRules;
 
   async function loadPolicy() {
     let current;
@@ -28,7 +29,8 @@ export function renderRunSettings(container, runId, me, onRules) {
     choice.disabled = !admin;
     choice.addEventListener('change', async () => {
       try {
-        await api(`/runs/${runId}/settings`, { method: 'PUT', body: { ...current, on_mismatch: choice.value } });
+        // only this field: the run's packs may have changed since (the suggestion banner enables them)
+        await api(`/runs/${runId}/settings`, { method: 'PUT', body: { on_mismatch: choice.value } });
         note.textContent = 'saved';
       } catch (err) { note.textContent = err.message; choice.value = current.on_mismatch; }
     });
@@ -56,49 +58,76 @@ export function renderRunSettings(container, runId, me, onRules) {
     enabled.addEventListener('change', async () => {
       try { await api(`/rules/${rule.id}`, { method: 'PATCH', body: { enabled: enabled.checked } }); loadRules(); } catch (err) { enabled.checked = !enabled.checked; enabled.title = err.message; }
     });
-    const scope = rule.builtin ? 'built-in' : rule.run_id ? 'this run' : `project ${rule.project}`;
+    const scope = (rule.builtin ? 'built-in' : rule.run_id ? 'this run' : `project ${rule.project}`) + (rule.pack ? ` · ${rule.pack} pack` : '');
     const del = admin && !rule.builtin ? h('button', { class: 'link-button', on: { click: async () => {
       try { await api(`/rules/${rule.id}`, { method: 'DELETE' }); loadRules(); } catch (err) { del.textContent = err.message; }
     } } }, 'delete') : null;
     return h('tr', { dataset: { ruleId: rule.id } },
       h('td', {}, h('code', {}, rule.key)),
-      h('td', {}, `${rule.aggregate} over ${rule.window} step(s) ${rule.comparison} ${rule.threshold}`, rule.consecutive > 1 ? ` × ${rule.consecutive}` : ''),
+      h('td', {}, condition(rule), rule.per_worker ? ' · per worker' : '', rule.consecutive > 1 ? ` × ${rule.consecutive}` : '',
+        rule.keep_firing_for ? h('span', { class: 'muted small', title: 'evaluations within the threshold before a firing alert resolves' }, ` · keeps firing ${rule.keep_firing_for}`) : ''),
       h('td', {}, badge(rule.severity, rule.severity)), h('td', {}, rule.action), h('td', { class: 'muted' }, scope), h('td', {}, enabled), h('td', {}, del));
+  }
+
+  function condition(rule) {
+    if (rule.kind !== 'trend') return `${rule.aggregate} over ${rule.window} step(s) ${rule.comparison} ${rule.threshold}`;
+    const way = rule.comparison.startsWith('>') ? 'rises' : 'falls';
+    return `trend: median ${way} ≥ ${rule.threshold}× noise (blocks of ${rule.window} points)` + (rule.min_change ? ` and by ≥ ${rule.min_change}` : '');
   }
 
   function ruleForm() {
     const error = h('p', { class: 'form-error', role: 'alert' });
     const form = h('form', { class: 'form-grid' },
       field('Metric key', h('input', { name: 'key', required: true, placeholder: 'align/kl_k3' })),
+      field('Kind', h('select', { name: 'kind', title: 'threshold: a level; trend: a step or drift of the median, scored against the noise (threshold = score, e.g. 8; window = points per block)' },
+        h('option', { value: 'threshold' }, 'threshold'), h('option', { value: 'trend' }, 'trend'))),
       field('Aggregate', select('aggregate', ['last', 'mean', 'max', 'min'], 'last')),
       field('Window (steps)', h('input', { name: 'window', type: 'number', min: 1, value: 1, required: true })),
       field('Comparison', select('comparison', ['>', '>=', '<', '<='], '>')),
       field('Threshold', h('input', { name: 'threshold', type: 'number', step: 'any', required: true })),
-      field('Consecutive', h('input', { name: 'consecutive', type: 'number', min: 1, value: 1, required: true })),
+      field('Consecutive (for)', h('input', { name: 'consecutive', type: 'number', min: 1, value: 1, required: true,
+        title: 'breaching evaluations in a row before it fires' })),
+      field('Keep firing for', h('input', { name: 'keep_firing_for', type: 'number', min: 0, value: 0, required: true,
+        title: 'evaluations within the threshold before a firing alert resolves: a metric hovering at the threshold stays one alert' })),
       field('Severity', select('severity', ['error', 'warning', 'info'], 'warning')),
       field('Action', select('action', ['alert', 'pause', 'stop'], 'alert')),
+      field('Per worker', h('input', { name: 'per_worker', type: 'checkbox', title: 'also each worker\'s own <worker>/<key> series, with its own alert' })),
       h('div', { class: 'form-actions' }, h('button', { class: 'button primary', type: 'submit' }, 'Add rule')), error);
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       const d = Object.fromEntries(new FormData(form));
       const body = { key: d.key.trim(), aggregate: d.aggregate, window: Number(d.window), comparison: d.comparison,
-        threshold: Number(d.threshold), consecutive: Number(d.consecutive), severity: d.severity, action: d.action, enabled: true };
+        threshold: Number(d.threshold), consecutive: Number(d.consecutive), keep_firing_for: Number(d.keep_firing_for),
+        severity: d.severity, action: d.action, enabled: true, kind: d.kind, per_worker: d.per_worker === 'on' };
       try { await api(`/runs/${runId}/rules`, { method: 'POST', body }); loadRules(); } catch (err) { error.textContent = err.message; }
     });
-    return h('details', { class: 'add-rule' }, h('summary', {}, 'Add a threshold rule'), form);
+    return h('details', { class: 'add-rule' }, h('summary', {}, 'Add a rule'), form);
   }
 }
 
 // ------------------------------------------------------------------ webhooks page
 
-const EVENTS = ['alert.firing', 'alert.resolved'];
+const GROUP_LABELS = ['run', 'kind', 'project', 'severity'];
+
+/** The event types the server sends (the contract's list, from ui-config): the one list the form offers. */
+async function eventTypes() {
+  return UI_CONFIG.webhook_events;
+}
+
+const seconds = (s) => (s >= 3600 && s % 3600 === 0 ? `${s / 3600} h` : s >= 60 && s % 60 === 0 ? `${s / 60} min` : `${s} s`);
+
+export function groupingText(g) {
+  if (!g || !g.group_by) return '';
+  return `grouped by ${g.group_by.join(' + ')} · wait ${seconds(g.group_wait_s)} · changes every ${seconds(g.group_interval_s)} · repeat every ${seconds(g.repeat_interval_s)}`;
+}
 
 export async function renderWebhooks(root) {
-  const me = await whoami();
+  const [me, events] = await Promise.all([whoami(), eventTypes()]);
   const list = h('div', { class: 'webhooks' });
   const secretSlot = h('div');
   clear(root, h('div', { class: 'page-head' }, h('h1', {}, 'Webhooks'),
-    h('p', { class: 'muted small' }, 'Alert events are POSTed to these URLs, signed per Standard Webhooks (or in Slack format).')),
+    h('p', { class: 'muted small' }, 'Events are POSTed to these URLs, signed per Standard Webhooks (or in Slack format). ',
+      'Alert notifications are grouped (by default one message per run and alert kind) and never sent for a clean finish.')),
   secretSlot, list, isAdmin(me) ? addForm() : null);
   await load();
 
@@ -120,13 +149,24 @@ export async function renderWebhooks(root) {
       field('URL', h('input', { name: 'url', type: 'url', required: true, placeholder: 'https://hooks.example.com/paritywatch' })),
       field('Format', select('format', ['standard', 'slack'], 'standard')),
       field('Project (empty = all)', h('input', { name: 'project' })),
-      h('fieldset', { class: 'field' }, h('legend', {}, 'Events (none = all)'),
-        EVENTS.map((ev) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'events', value: ev }), ev))),
+      h('fieldset', { class: 'field events' }, h('legend', {}, 'Events (none = all)'),
+        events.map((ev) => h('label', { class: 'check', title: ev.description },
+          h('input', { type: 'checkbox', name: 'events', value: ev.type }), ev.type))),
+      h('fieldset', { class: 'field grouping full' }, h('legend', {}, 'Grouping of alert notifications (empty = server default)'),
+        h('div', { class: 'inline-field' }, h('span', {}, 'Group by'),
+          GROUP_LABELS.map((g) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'group_by', value: g }), g))),
+        field('Group wait (s)', h('input', { name: 'group_wait_s', type: 'number', min: 0, step: 'any', placeholder: 'default' })),
+        field('Group interval (s)', h('input', { name: 'group_interval_s', type: 'number', min: 0, step: 'any', placeholder: 'default' })),
+        field('Repeat interval (s)', h('input', { name: 'repeat_interval_s', type: 'number', min: 1, step: 'any', placeholder: 'default' }))),
       h('div', { class: 'form-actions' }, h('button', { class: 'button primary', type: 'submit' }, 'Add webhook')), error);
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       const data = new FormData(form);
       const body = { url: data.get('url'), format: data.get('format'), events: data.getAll('events'), project: data.get('project') || null };
+      if (data.getAll('group_by').length) body.group_by = data.getAll('group_by');
+      for (const name of ['group_wait_s', 'group_interval_s', 'repeat_interval_s']) {
+        if (data.get(name) !== '') body[name] = Number(data.get(name));
+      }
       try {
         const hook = await api('/webhooks', { method: 'POST', body });
         form.reset();
@@ -169,6 +209,7 @@ export async function renderWebhooks(root) {
     return h('article', { class: 'card webhook', dataset: { webhookId: hook.id } },
       h('div', { class: 'webhook-head' }, h('code', { class: 'url' }, hook.url), badge(hook.enabled ? 'enabled' : 'disabled', hook.enabled ? 'ok' : 'muted')),
       h('p', { class: 'muted small' }, `${hook.format} format · events: ${hook.events?.length ? hook.events.join(', ') : 'all'} · project: ${hook.project || 'all'} · added ${ago(hook.created_at)}`),
+      hook.grouping ? h('p', { class: 'muted small grouping' }, groupingText(hook.grouping)) : null,
       h('div', { class: 'actions' }, test, toggle, remove, note), log);
   }
 }

@@ -20,7 +20,7 @@ down_revision = '0001'
 branch_labels = None
 depends_on = None
 
-DENSE_CHUNK = 256  # backend.store.metrics.DENSE_CHUNK at this revision
+DENSE_CHUNK = 256  # paritywatch.backend.store.metric_packing.DENSE_CHUNK at this revision
 LEVEL1_SHIFT = 4  # level-1 buckets are 16 steps wide
 
 

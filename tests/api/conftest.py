@@ -1,16 +1,17 @@
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
-from backend.auth import create_token
-from backend.main import create_app
-from backend.settings import Settings
+from paritywatch.backend.auth import create_token
+from paritywatch.backend.main import create_app
+from paritywatch.backend.settings import Settings
+from tests.support.live import local_client
 
 
 @pytest.fixture
 def settings(db_url) -> Settings:
-    return Settings(database_url=db_url, host="127.0.0.1", max_body_bytes=2 * 1024 * 1024, max_points_per_batch=50_000)
+    return Settings(database_url=db_url, host="127.0.0.1", max_body_bytes=2 * 1024 * 1024, max_points_per_batch=50_000,
+                    open_mode=True)
 
 
 @pytest.fixture
@@ -20,8 +21,8 @@ def app(settings):
 
 @pytest.fixture
 def client(app):
-    """An open (no tokens, loopback) server: every caller is admin."""
-    with TestClient(app) as c:
+    """An open (no tokens, loopback) server: every local caller is admin."""
+    with local_client(app) as c:
         yield c
 
 

@@ -43,7 +43,7 @@ def test_missing_or_bad_token_is_401(client, tokens, header):
 
 
 def test_revoked_token_is_refused(client, app, tokens):
-    from backend.auth import list_tokens, revoke_token
+    from paritywatch.backend.auth import list_tokens, revoke_token
 
     tid = next(t.id for t in list_tokens(app.state.db) if "read" in t.scopes.split(","))
     revoke_token(app.state.db, tid)
@@ -52,7 +52,7 @@ def test_revoked_token_is_refused(client, app, tokens):
 
 
 def test_tokens_stored_hashed(app, tokens):
-    from backend.auth import list_tokens
+    from paritywatch.backend.auth import list_tokens
 
     for t in list_tokens(app.state.db):
         assert all(secret not in (t.token_hash, t.prefix) for secret in tokens.values())

@@ -3,7 +3,7 @@ routes registered next to the dashboard stay reachable."""
 import sqlite3
 
 import pytest
-from fastapi.testclient import TestClient
+from tests.support.live import local_client
 
 
 def test_unknown_api_path_is_404_in_the_error_shape(client):
@@ -39,8 +39,8 @@ def test_a_busy_or_absent_database_is_503_with_retry_after(client, app, monkeypa
     def fail(*_args, **_kwargs):  # noqa: ANN002, ANN003
         raise make_error()
 
-    monkeypatch.setattr(app.state.metrics, "ingest", fail)
-    with TestClient(app, raise_server_exceptions=False) as c:
+    monkeypatch.setattr(app.state.metrics, "ingest_batch", fail)
+    with local_client(app, raise_server_exceptions=False) as c:
         r = c.post(f"/api/v1/runs/{run['id']}/metrics", json={"client_id": "c", "seq": 0, "steps": [1], "series": {"x": [1.0]}})
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     assert r.json()["error"]["code"] == "unavailable"
@@ -52,7 +52,7 @@ def test_a_real_bug_in_sql_is_still_a_500(client, app, monkeypatch):
     def fail(*_args, **_kwargs):  # noqa: ANN002, ANN003
         raise sqlite3.OperationalError("no such table: metric_chunkz")
 
-    monkeypatch.setattr(app.state.metrics, "ingest", fail)
-    with TestClient(app, raise_server_exceptions=False) as c:
+    monkeypatch.setattr(app.state.metrics, "ingest_batch", fail)
+    with local_client(app, raise_server_exceptions=False) as c:
         r = c.post(f"/api/v1/runs/{run['id']}/metrics", json={"client_id": "c", "seq": 0, "steps": [1], "series": {"x": [1.0]}})
     assert r.status_code == 500

@@ -1,15 +1,13 @@
-import hashlib
-
 from sqlalchemy import func, select
 
-from backend.models import Fingerprint
+from paritywatch.backend.models import Fingerprint
 from tests.api.conftest import new_run
+from trainer_hooks.fingerprint.core import assemble
 
 
 def fake_fp(template: str) -> dict:
-    comps = {"chat_template": {"digest": hashlib.sha256(template.encode()).hexdigest(), "value": template}}
-    digest = hashlib.sha256(comps["chat_template"]["digest"].encode()).hexdigest()
-    return {"fingerprint_version": 1, "digest": digest, "kind": "tokenizer", "components": comps, "env": {}}
+    """A fingerprint with one component, hashed as the hooks hash (the server recomputes it)."""
+    return assemble("tokenizer", {"chat_template": template}, {})
 
 
 def test_fingerprints_are_content_addressed(client, app):

@@ -3,7 +3,7 @@ import random
 import pytest
 from sqlalchemy import func, select
 
-from backend.models import IngestBatch, MetricChunk, MetricKey, MetricRollup
+from paritywatch.backend.models import IngestBatch, MetricChunk, MetricKey, MetricRollup
 from tests.api.conftest import new_run
 
 
@@ -73,9 +73,13 @@ def test_limits(client, app):
     assert post(client, 999, 1, [1], {"x": [1.0]}).status_code == 404
 
 
-def test_huge_steps_and_unicode_keys(client):
+def test_huge_steps_and_unicode_keys(client, app, monkeypatch):
     run = new_run(client)
-    assert post(client, run["id"], 1, [2**53], {"κλ/∆ 🚀": [1.5]}).status_code == 200
+    # A first step this far ahead is refused by default (PARITYWATCH_MAX_STEP_AHEAD = 2**30)...
+    refused = post(client, run["id"], 1, [2**53], {"κλ/∆ 🚀": [1.5]})
+    assert refused.status_code == 422 and "MAX_STEP_AHEAD" in refused.json()["error"]["message"]
+    monkeypatch.setattr(app.state.metrics, "max_step_ahead", 2**53)  # ...and stored exactly once allowed
+    assert post(client, run["id"], 2, [2**53], {"κλ/∆ 🚀": [1.5]}).status_code == 200
     r = client.get(f"/api/v1/runs/{run['id']}/series", params={"key": "κλ/∆ 🚀"}).json()
     assert r["buckets"]["step"] == [2**53] and r["buckets"]["last"] == [1.5]
 
@@ -128,8 +132,8 @@ def test_concurrent_batches_commit_independently(client, app):
     """Batches written together (SQLite group commit) still succeed or fail one by one."""
     import threading
 
-    from backend.errors import NotFound
-    from backend.store.metrics import prepare_batch
+    from paritywatch.backend.errors import NotFound
+    from paritywatch.backend.store.metrics import prepare_batch
 
     run = new_run(client)
     store = app.state.metrics
@@ -211,3 +215,21 @@ def test_dense_and_sparse_batches_of_one_series_read_back_exactly(client):
         assert [e[1][4] for e in expected] == b["count"], (lo, top, n, got["bucket_width"])
         assert [e[1][0] for e in expected] == b["min"]
         assert [e[1][1] for e in expected] == b["max"]
+
+
+@pytest.mark.parametrize("whose", ["nobody", "another run"])
+def test_batch_naming_a_component_the_run_does_not_have_is_404_and_writes_nothing(client, app, whose):
+    """Issue 17.4: the docs promise 404 for an unknown component; it used to be stored (200)."""
+    run, other = new_run(client, "a"), new_run(client, "b")
+    foreign = client.post(f"/api/v1/runs/{other['id']}/components", json={"side": "rollout"}).json()["id"]
+    component_id = 987_654 if whose == "nobody" else foreign
+    body = {"client_id": "c", "seq": 1, "component_id": component_id, "steps": [1, 2], "series": {"loss": [1.0, 0.5]}}
+    r = client.post(f"/api/v1/runs/{run['id']}/metrics", json=body)
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["code"] == "not_found" and str(component_id) in r.json()["error"]["message"]
+    for model in (MetricChunk, MetricKey, MetricRollup, IngestBatch):
+        assert count_rows(app, model) == 0, model
+    # the refused (client, seq) is not burned: with the run's own component the batch is stored
+    own = client.post(f"/api/v1/runs/{run['id']}/components", json={"side": "trainer"}).json()["id"]
+    r = client.post(f"/api/v1/runs/{run['id']}/metrics", json={**body, "component_id": own})
+    assert r.status_code == 200 and r.json()["accepted"] == 2

@@ -5,8 +5,8 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from backend import migrate
-from backend.models import Base
+from paritywatch.backend import migrate
+from paritywatch.backend.models import Base
 from tests.conftest import PG_ADMIN_URL
 
 
@@ -60,9 +60,10 @@ def empty_db_url(request, tmp_path):
 def test_level1_rollups_are_rebuilt_both_ways_and_reads_do_not_change(empty_db_url):
     """0002 changes what level-1 roll-ups hold (sparse chunks only); a series written under
     either meaning reads the same buckets after the upgrade, and the downgrade restores 0001's."""
-    from backend.db import Database, make_engine
-    from backend.models import Run
-    from backend.store.metrics import DENSE_CHUNK, MetricStore, prepare_batch
+    from paritywatch.backend.db import Database, make_engine
+    from paritywatch.backend.models import Run
+    from paritywatch.backend.store.metric_packing import DENSE_CHUNK
+    from paritywatch.backend.store.metrics import MetricStore, prepare_batch
 
     url = empty_db_url
     migrate.upgrade(url)

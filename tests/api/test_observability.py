@@ -4,7 +4,7 @@ import threading
 
 import httpx
 
-from backend.settings import Settings
+from paritywatch.backend.settings import Settings
 from tests.support.live import ThreadServer
 
 
@@ -24,7 +24,7 @@ def test_stream_sends_the_run_summary_and_its_changes(sqlite_url):
     with ThreadServer(Settings(database_url=sqlite_url)) as srv, httpx.Client(base_url=srv.url) as api:
         rid = api.post("/api/v1/runs", json={"name": "streamed"}).json()["id"]
         events: list[dict] = []
-        done = threading.Event()
+        connected, done = threading.Event(), threading.Event()
 
         def read():
             with httpx.stream("GET", f"{srv.url}/api/v1/runs/{rid}/stream", timeout=10) as r:
@@ -32,14 +32,14 @@ def test_stream_sends_the_run_summary_and_its_changes(sqlite_url):
                 for line in r.iter_lines():
                     if line.startswith("data: "):
                         events.append(json.loads(line[6:]))
+                        connected.set()  # the summary came: the stream is subscribed
                         if len(events) == 2:
                             done.set()
                             return
 
         t = threading.Thread(target=read, daemon=True)
         t.start()
-        import time
-        time.sleep(1.0)
+        assert connected.wait(10)
         api.post(f"/api/v1/runs/{rid}/control", json={"action": "pause", "reason": "look"})
         assert done.wait(10)
         assert events[0]["control"]["state"] == "running"

@@ -97,3 +97,22 @@ def screenshots() -> Path:
 
 def page_problems(page) -> dict:
     return page.evaluate("({csp: window.__csp, errors: window.__errors})")
+
+
+@pytest.fixture(scope="module")
+def token_server(tmp_path_factory):
+    """A server that requires tokens: an admin and a read token, and one run ("token-run")."""
+    import httpx
+
+    from tests.browser.seed import Seeder
+    from tests.support.live import wait_for
+
+    srv = Server(tmp_path_factory.mktemp("token-server"))
+    try:  # a setup that times out must not leave its server running
+        tokens = {"admin": srv.token("admin", "ci-admin"), "read": srv.token("read", "viewer")}
+        # open mode ends within its 2 s cache
+        wait_for(lambda: httpx.get(f"{srv.url}/healthz").json()["open_mode"] is False, timeout_s=30)
+        Seeder(srv.url, tokens["admin"]).run("token-run")
+        yield srv, tokens
+    finally:
+        srv.stop()

@@ -76,6 +76,40 @@ def processor_fingerprints(workdir: Path) -> tuple[dict, dict]:
     return fps[0], fps[1]
 
 
+def chatml_fingerprint(workdir: Path, template: str, name: str, **options) -> dict:  # noqa: ANN003
+    """The fingerprint of the test suite's trained ChatML BPE tokenizer with `template` (`options`:
+    those of build_chatml_tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from tests.fixtures.tokenizers import build_chatml_tokenizer
+    from trainer_hooks.fingerprint import fingerprint_processor
+
+    return fingerprint_processor(AutoTokenizer.from_pretrained(build_chatml_tokenizer(workdir, chat_template=template,
+                                                                                      name=name, **options)))
+
+
+def spread_arrivals(db_url: str, run_id: int, every_s: float) -> None:
+    """Batch k of the run arrived (k + 1) * every_s seconds after the run was created. Set in the
+    database: a wall-time axis needs batches that arrived over minutes, not within the seeding second."""
+    from datetime import timedelta
+
+    from sqlalchemy import create_engine, select, update
+    from sqlalchemy.orm import Session
+
+    from paritywatch.backend.models import IngestBatch, Run
+
+    engine = create_engine(db_url)
+    try:
+        with Session(engine) as s, s.begin():
+            created = s.scalar(select(Run.created_at).where(Run.id == run_id))
+            ids = s.scalars(select(IngestBatch.id).where(IngestBatch.run_id == run_id).order_by(IngestBatch.id)).all()
+            for k, batch_id in enumerate(ids):
+                s.execute(update(IngestBatch).where(IngestBatch.id == batch_id)
+                          .values(received_at=created + timedelta(seconds=every_s * (k + 1))))
+    finally:
+        engine.dispose()
+
+
 def wave(n: int, phase: float = 0.0, scale: float = 1.0) -> list[float]:
     return [scale * (math.sin(i / 500 + phase) * 0.4 + math.exp(-i / max(1, n / 4)) + 0.05 * math.sin(i / 7)) for i in range(n)]
 

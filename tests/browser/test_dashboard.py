@@ -50,21 +50,35 @@ class TrainingLoop:
         self.monitor = ParityMonitor(run_id, side="trainer", url=url, worker_id="trainer-rank0",
                                      spool_dir=spool_dir, heartbeat_interval_s=1.0, poll_timeout_s=5.0)
         self.steps = 0
+        self.held = 0  # times wait_if_paused() held the loop for its whole timeout (still paused)
+        self._changed = threading.Condition()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while not self._stop.is_set() and not self.monitor.should_stop:
-            self.monitor.wait_if_paused(timeout=0.5)
-            if self.monitor.state != "paused":
-                self.steps += 1
-            time.sleep(0.02)
+            released = self.monitor.wait_if_paused(timeout=0.3)
+            with self._changed:
+                if released:
+                    self.steps += 1
+                else:
+                    self.held += 1
+                self._changed.notify_all()
+            self._stop.wait(0.02)  # the step's "work"
 
-    def progressing(self, seconds: float = 0.6) -> bool:
-        before = self.steps
-        time.sleep(seconds)
-        return self.steps > before
+    def progressing(self, steps: int = 3, timeout: float = 10.0) -> bool:
+        """True once the loop ran `steps` more steps."""
+        with self._changed:
+            before = self.steps
+            return self._changed.wait_for(lambda: self.steps >= before + steps, timeout)
+
+    def held_back(self, times: int = 2, timeout: float = 10.0) -> bool:
+        """True once wait_if_paused() held the loop `times` more times in a row with no step run."""
+        with self._changed:
+            steps, held = self.steps, self.held
+            self._changed.wait_for(lambda: self.steps != steps or self.held >= held + times, timeout)
+            return self.steps == steps and self.held >= held + times
 
     def close(self) -> None:
         self._stop.set()
@@ -127,7 +141,7 @@ def test_mismatch_is_visible_explained_and_one_click_from_pausing(page, server, 
         assert "by " in meta and "chat template mismatch on vllm-default-tok" in meta
         assert page.locator(".controls button[data-action=pause]").is_disabled()
         wait_for(lambda: loop.monitor.state == "paused", timeout=10, what="the hook to see 'paused'")
-        assert not loop.progressing(1.0), "the hook kept training while paused"
+        assert loop.held_back(), "the hook kept training while paused"
         page.screenshot(path=str(screenshots / "run-paused.png"), full_page=False)
 
         page.locator(".controls button[data-action=resume]").click()
@@ -161,6 +175,11 @@ def test_alert_acknowledge_and_resolve(page, server, seeded):
     events = resolved.locator(".events")
     events.locator("li", has_text="resolved").wait_for()
     assert "acknowledged" in events.inner_text()
+    # A new alert re-renders the list live; the history the user opened stays open.
+    s.metrics(run["id"], [10], {"loss": [9.5]})
+    page.locator(".alert-item.status-firing[data-kind=metric_threshold]").wait_for()
+    assert resolved.locator(".history").evaluate("d => d.open"), "the opened history closed on a live update"
+    events.locator("li", has_text="resolved").wait_for()
 
 
 def test_charts_render_200k_points_downsampled_zoom_and_live(page, server, screenshots):
@@ -238,18 +257,6 @@ def test_phone_width_has_no_horizontal_scroll(browser, server, seeded, screensho
         pg.screenshot(path=str(screenshots / "run-mismatch-phone.png"), full_page=False)
     finally:
         pg.context.close()
-
-
-@pytest.fixture(scope="module")
-def token_server(tmp_path_factory):
-    from tests.browser.conftest import Server
-
-    srv = Server(tmp_path_factory.mktemp("token-server"))
-    tokens = {"admin": srv.token("admin", "ci-admin"), "read": srv.token("read", "viewer")}
-    time.sleep(2.1)  # open mode ends within its 2 s cache
-    Seeder(srv.url, tokens["admin"]).run("token-run")
-    yield srv, tokens
-    srv.stop()
 
 
 def test_sign_in_with_token_and_read_only_controls(page, token_server):

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from backend.webhooks.signing import verify
+from paritywatch.backend.webhooks.signing import verify
 from tests.browser.conftest import Server, page_problems
 from tests.support.live import WebhookReceiver
 
@@ -46,11 +46,7 @@ def test_a_webhook_added_in_the_page_receives_a_signed_test_event(page, webhook_
 
         card.get_by_role("button", name="Send test").click()
         expect(card).to_contain_text("test event queued")
-        deadline = time.monotonic() + 20
-        while not receiver.received and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert receiver.received, "the receiver got nothing"
-        got = receiver.received[0]
+        got = receiver.wait_accepted(1, timeout_s=20)[0]
         verify(secret_text, got.headers, got.body, now=time.time())  # raises on a bad signature
         expect(card.locator(".delivery-log tr[data-status=delivered]")).to_have_count(1, timeout=20_000)
 

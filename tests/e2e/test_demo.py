@@ -1,14 +1,107 @@
-"""`paritywatch demo` against a running backend: the buggy worker is caught, --healthy is quiet."""
+"""`paritywatch demo`: the story (healthy steps, then a worker with the wrong processor joins, the
+alignment metrics jump, the alerts fire, the run pauses) as a user runs it from an empty folder,
+the same run on the dashboard, a quiet --healthy run, and a stop that leaves no process behind."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
-from tests.support.live import ROOT, ProcessServer
+from tests.browser.conftest import browser, new_page  # noqa: F401 - the browser fixture, for the run page test
+from tests.support.live import ROOT, ProcessServer, free_port, wait_for
+
+PARITYWATCH = str(Path(sys.executable).with_name("paritywatch"))
+TODAYS_KEYS = {"run", "run_id", "run_state", "alerts", "dashboard"}
+JUMPING_KEY = "align/prompt_rerender_mismatch_frac"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("demo-model") / "model"
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory, model_dir):
+    """`paritywatch demo --duration 90` in an empty folder, with the backend it starts itself."""
+    folder = tmp_path_factory.mktemp("demo-story")
+    cmd = [PARITYWATCH, "demo", "--duration", "90", "--port", str(free_port()), "--model-dir", str(model_dir)]
+    out = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return folder, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+@pytest.fixture(scope="module")
+def story_server(story):
+    """The story's database served again, to read it back (the demo stopped its own backend)."""
+    folder, _, _ = story
+    with ProcessServer(f"sqlite:///{folder / 'paritywatch.db'}") as srv:
+        yield srv
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_story_pauses_after_a_hundred_healthy_steps(story):
+    folder, summary, stderr = story
+    assert TODAYS_KEYS | {"last_step"} <= set(summary)
+    assert summary["run_state"] == "paused"
+    joined = summary["bad_worker_joined_at_step"]
+    assert joined >= 100, summary
+    assert summary["last_step"] >= joined
+    mismatch = [a for a in summary["alerts"] if a["kind"] == "processor_mismatch"]
+    assert mismatch and mismatch[0]["severity"] == "error" and "chat_template" in mismatch[0]["components"]
+    assert mismatch[0]["step"] >= joined  # the marker lands where the worker joined, not at step 0
+    # the console says what to click
+    assert f"Open {summary['dashboard']}" in stderr and "Show diff" in stderr and JUMPING_KEY in stderr
+    assert (folder / "paritywatch.db").exists()  # from an empty folder: the default database
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_story_is_in_the_data(story, story_server):
+    _, summary, _ = story
+    api = f"{story_server.url}/api/v1/runs/{summary['run_id']}"
+    keys = {k["key"]: k["count"] for k in httpx.get(f"{api}/metrics").json()["keys"]}
+    assert keys["loss"] >= 100 and keys["reward"] >= 100  # real curves, not a point
+    series = httpx.get(f"{api}/series", params={"key": JUMPING_KEY, "points": 4000}).json()["buckets"]
+    first_bad = next(step for step, high in zip(series["step"], series["max"]) if high > 0)
+    assert first_bad == summary["first_misaligned_step"]
+    assert summary["bad_worker_joined_at_step"] <= first_bad <= summary["last_step"]
+    assert all(high == 0 for step, high in zip(series["step"], series["max"]) if step < first_bad)
+    parity = httpx.get(f"{api}/parity").json()
+    assert sorted(g["verdict"] for g in parity["groups"]) == ["error", "same"]  # the two first workers, the new one
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+def test_the_run_page_shows_the_change_where_the_worker_joined(story, story_server, browser):  # noqa: F811
+    _, summary, _ = story
+    page = new_page(browser)
+    try:
+        page.goto(f"{story_server.url}/#/runs/{summary['run_id']}")
+        page.locator("[data-banner=mismatch]").wait_for()
+        fig = page.locator(f"figure.chart[data-key='{JUMPING_KEY}']")
+        fig.scroll_into_view_if_needed()  # charts are drawn when scrolled into view
+        fig.locator(".annotation").first.wait_for()
+        trace = fig.locator(".js-plotly-plot").evaluate(
+            "el => { const t = el.data[el.data.length - 1]; return {x: Array.from(t.x), y: Array.from(t.y)}; }")
+        jump = next(x for x, y in zip(trace["x"], trace["y"]) if y > 0)
+        assert jump == summary["first_misaligned_step"]
+        assert all(y == 0 for x, y in zip(trace["x"], trace["y"]) if x < jump) and len(trace["x"]) >= 100
+        markers = fig.locator(".js-plotly-plot").evaluate("el => el.layout.annotations.filter((a) => a.xref === 'x').map((a) => a.x)")
+        assert markers and all(summary["bad_worker_joined_at_step"] <= x <= summary["last_step"] for x in markers)
+        loss = page.locator("figure.chart[data-key='loss'] .js-plotly-plot")
+        loss.scroll_into_view_if_needed()
+        loss.wait_for()
+        assert loss.evaluate("el => el.data[el.data.length - 1].x.length") >= 100
+    finally:
+        page.context.close()
 
 
 @pytest.fixture(scope="module")
@@ -18,42 +111,49 @@ def backend(tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("demo-model") / "model"
-
-
-def run_demo(url: str, model_dir, *extra: str) -> dict:  # noqa: ANN001
-    cmd = [sys.executable, "-m", "backend.cli", "demo", "--url", url, "--duration", "45", "--workers", "2",
-           "--model-dir", str(model_dir), *extra]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+@pytest.mark.slow
+def test_healthy_run_raises_nothing_and_finishes(backend, model_dir):
+    cmd = [sys.executable, "-m", "paritywatch.backend.cli", "demo", "--healthy", "--url", backend.url, "--duration", "25",
+           "--model-dir", str(model_dir)]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "dashboard:" in out.stderr  # progress and the URL are shown
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.slow
-def test_buggy_worker_is_caught_and_the_run_paused(backend, model_dir):
-    summary = run_demo(backend.url, model_dir)
-    assert summary["run_state"] == "paused"
-    mismatch = [a for a in summary["alerts"] if a["kind"] == "processor_mismatch"]
-    assert mismatch and "chat_template" in mismatch[0]["components"]
-    assert summary["dashboard"].startswith(backend.url)
-    # and through the API
-    run = httpx.get(f"{backend.url}/api/v1/runs/{summary['run_id']}").json()
-    assert run["control"]["actor"] == "paritywatch" and "chat_template" in run["control"]["reason"]
-    parity = httpx.get(f"{backend.url}/api/v1/runs/{summary['run_id']}/parity").json()
-    verdicts = sorted(g["verdict"] for g in parity["groups"])
-    assert verdicts == ["error", "same"]  # one good worker, one buggy
-
-
-@pytest.mark.slow
-def test_healthy_run_raises_nothing(backend, model_dir):
-    summary = run_demo(backend.url, model_dir, "--healthy")
-    assert summary["alerts"] == []
-    assert summary["run_state"] == "running"
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["alerts"] == [] and summary["run_state"] == "finished"
+    assert summary["bad_worker_joined_at_step"] is None
     keys = {k["key"] for k in httpx.get(f"{backend.url}/api/v1/runs/{summary['run_id']}/metrics").json()["keys"]}
-    assert {"align/prompt_rerender_mismatch_frac", "align/kl_k3", "train/loss"} <= keys
-    values = httpx.get(f"{backend.url}/api/v1/runs/{summary['run_id']}/series",
-                       params={"key": "align/prompt_rerender_mismatch_frac"}).json()["buckets"]["max"]
+    assert {JUMPING_KEY, "align/kl_k3", "loss", "reward", "grad_norm"} <= keys
+    values = httpx.get(f"{backend.url}/api/v1/runs/{summary['run_id']}/series", params={"key": JUMPING_KEY}).json()["buckets"]["max"]
     assert values and max(values) == 0.0
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_stopped_demo_leaves_no_process_behind(tmp_path, model_dir, sig):
+    """The backend, the trainer, every worker (the held-back one too) and multiprocessing's helper."""
+    demo = subprocess.Popen([PARITYWATCH, "demo", "--port", str(free_port()), "--model-dir", str(model_dir)],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[psutil.Process] = []
+    try:
+        # backend + trainer + 2 workers + the held-back one + multiprocessing's resource tracker
+        children = wait_for(lambda: (lambda c: c if len(c) >= 6 else None)(descendants(demo.pid)), timeout_s=240, interval_s=0.2)
+        demo.send_signal(sig)
+        assert demo.wait(timeout=120) == {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: 130}[sig]
+        wait_for(lambda: not alive(children), timeout_s=30, interval_s=0.2)
+    finally:  # whatever happened, end what this test started (by pid, never by name)
+        for p in alive(children + descendants(demo.pid)):
+            p.kill()
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()

@@ -8,7 +8,7 @@ import multiprocessing as mp
 import httpx
 from transformers import AutoTokenizer
 
-from backend.settings import Settings
+from paritywatch.backend.settings import Settings
 from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, build_chatml_tokenizer
 from tests.support.live import ThreadServer, wait_for
 from trainer_hooks.monitor import ParityMonitor

@@ -14,13 +14,14 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from backend.settings import Settings
-from backend.webhooks.signing import verify
+from paritywatch.backend.settings import Settings
+from paritywatch.backend.webhooks.signing import verify
 from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, build_chatml_tokenizer
-from tests.support.live import ThreadServer, WebhookReceiver, wait_for
+from tests.support.live import ThreadServer, WebhookReceiver, settled_deliveries, wait_for
 from trainer_hooks.monitor import ParityMonitor
 
-FAST = dict(allow_loopback_webhooks=True, webhook_backoff_base_s=0.05, webhook_poll_interval_s=0.05)
+FAST = dict(allow_loopback_webhooks=True, webhook_backoff_base_s=0.05, webhook_poll_interval_s=0.05,
+            webhook_group_wait_s=0, webhook_group_interval_s=0, notify_interval_s=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def monitor(srv, side, worker_id, tmp_path):  # noqa: ANN001
 def test_trl_processing_class_bug_end_to_end(db_url, model_dir, tmp_path):
     settings = Settings(database_url=db_url, **FAST)
     with ThreadServer(settings) as srv, WebhookReceiver() as rx, httpx.Client(base_url=srv.url) as api:
-        secret = api.post("/api/v1/webhooks", json={"url": rx.url}).json()["secret"]
+        hook = api.post("/api/v1/webhooks", json={"url": rx.url, "events": ["alert.firing", "alert.resolved"]}).json()
+        secret = hook["secret"]
         trainer = monitor(srv, "trainer", "0", tmp_path)
         worker = monitor(srv, "rollout", "w0", tmp_path)
         try:
@@ -80,8 +82,7 @@ def test_trl_processing_class_bug_end_to_end(db_url, model_dir, tmp_path):
             wait_for(lambda: not firing(), timeout_s=30)
             resolved = api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"][0]
             assert resolved["status"] == "resolved"
-            wait_for(lambda: [r for r in rx.accepted() if r.json["type"] == "alert.resolved"], timeout_s=10)
-            time.sleep(0.3)
+            settled_deliveries(srv.url, hook["id"], expected=2)  # the firing and the resolved event, sent
             assert [r.json["type"] for r in rx.accepted()] == ["alert.firing", "alert.resolved"]
         finally:
             trainer.close()

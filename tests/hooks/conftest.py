@@ -38,7 +38,7 @@ class Backend:
         serve = ["serve", "--db", f"sqlite:///{self.db_path}", "--host", "127.0.0.1", "--port", str(self.port)]
         if CLI.exists():
             return [str(CLI), *serve]
-        return [sys.executable, "-c", "import sys; from backend.cli import main; sys.exit(main())", *serve]
+        return [sys.executable, "-c", "import sys; from paritywatch.backend.cli import main; sys.exit(main())", *serve]
 
     def start(self, timeout: float = 60.0) -> None:
         assert self.proc is None, "already running"
@@ -96,18 +96,6 @@ class Backend:
 
     def counts(self, run_id: int) -> dict[str, int]:
         return {k["key"]: k["count"] for k in self.get(f"/runs/{run_id}/metrics")["keys"]}
-
-    def wait_for_count(self, run_id: int, key: str, expected: int, timeout: float = 60.0) -> int:
-        """Poll until `key` has `expected` points (or the deadline); returns the last count seen."""
-        deadline = time.monotonic() + timeout
-        count = -1
-        while time.monotonic() < deadline:
-            count = self.counts(run_id).get(key, 0)
-            if count >= expected:
-                time.sleep(0.5)  # a late duplicate would show up now
-                return self.counts(run_id).get(key, 0)
-            time.sleep(0.2)
-        return count
 
 
 def _make_backend(tmp_path_factory: pytest.TempPathFactory) -> Backend:

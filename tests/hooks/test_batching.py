@@ -1,11 +1,12 @@
-"""Columnar batch building and value cleaning (pure functions of the worker)."""
+"""Columnar batch building, and the wire contract's value rules as the hooks apply them (pure)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from trainer_hooks.worker import ColumnBatch, clean_value
+from trainer_hooks.batch import ColumnBatch, clean_entry
+from trainer_hooks.contract import metric_value
 
 
 def test_points_at_one_step_share_a_row_and_missing_values_are_null() -> None:
@@ -44,14 +45,37 @@ def test_a_single_oversized_entry_is_still_accepted_into_an_empty_batch() -> Non
     assert batch.add(0, {"a": 1.0, "b": 2.0})
 
 
-@pytest.mark.parametrize("value, expected", [(1, 1.0), (True, 1.0), ("2.5", 2.5), (None, None),
+@pytest.mark.parametrize("value, expected", [(1, 1.0), (2.5, 2.5), (None, None),
                                              (math.nan, None), (math.inf, None), (-math.inf, None)])
-def test_clean_value(value, expected) -> None:
-    assert clean_value(value) == expected
+def test_metric_value(value, expected) -> None:
+    assert metric_value(value) == expected
 
 
-def test_clean_value_rejects_non_numbers() -> None:
-    with pytest.raises((TypeError, ValueError)):
-        clean_value("loss")
-    with pytest.raises((TypeError, ValueError)):
-        clean_value([1.0])
+@pytest.mark.parametrize("value", ["2.5", "loss", True, False, [1.0], b"1", 1j, {"a": 1}])
+def test_metric_value_refuses_what_the_server_rejects(value) -> None:
+    """The server takes JSON numbers only: text is not a number, and neither is a bool."""
+    with pytest.raises(TypeError):
+        metric_value(value)
+
+
+def test_numpy_and_torch_numbers_pass_but_their_bools_do_not() -> None:
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    assert metric_value(np.float32(0.5)) == 0.5 and metric_value(np.int64(3)) == 3.0
+    assert metric_value(np.array(1.25)) == 1.25 and metric_value(torch.tensor(2.0)) == 2.0
+    assert metric_value(np.float64("nan")) is None
+    for truth in (np.bool_(True), np.array(True), torch.tensor(True)):
+        with pytest.raises(TypeError):
+            metric_value(truth)
+    with pytest.raises(TypeError):
+        metric_value(torch.tensor([1.0, 2.0]))  # torch raises RuntimeError; the rule says TypeError
+
+
+def test_clean_entry_drops_bad_metrics_one_by_one_and_a_bad_step_whole() -> None:
+    entry = clean_entry(3, {"loss": 0.5, "flag": True, "text": "2.5", "": 1.0, "x" * 201: 1.0, "nan": math.nan})
+    assert entry.step == 3 and entry.values == {"loss": 0.5}
+    assert sorted(str(key) for key, _ in entry.problems) == sorted(["flag", "text", "", "x" * 201])
+    for step in (-1, 2**53 + 1, 1.0, "3", True):
+        bad = clean_entry(step, {"loss": 1.0, "kl": 0.0})
+        assert bad.step is None and bad.values == {} and len(bad.problems) == 2
+    assert clean_entry(2**53, {"a": 1}).values == {"a": 1.0}

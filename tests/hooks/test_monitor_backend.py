@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import multiprocessing
 import os
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.hooks.conftest import ROOT, Backend
+from tests.hooks.conftest import ROOT, Backend, free_port
+from trainer_hooks.contract import DROPPED_POINTS_KEY as DROPPED_KEY
 from trainer_hooks.monitor import ParityMonitor
-from trainer_hooks.worker import DROPPED_KEY
+from trainer_hooks.worker import Worker
+from trainer_hooks.settings import HookSettings
 
 
 def _wait_until(predicate, timeout: float = 10.0) -> bool:
@@ -68,14 +71,14 @@ def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool
             elapsed = time.perf_counter_ns() - start
             after = resource.getrusage(resource.RUSAGE_THREAD)
             calls.append((elapsed, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw))
-            time.sleep(0.004)  # a (very fast) training step
+            time.sleep(0.004)  # the training step itself (the workload, not a synchronisation)
     finally:
         gc.unfreeze()
     outage.join()
     assert monitor.stats()["spooled_batches"] > 0, "the outage did not overlap the logging"
     assert monitor.flush(60.0), monitor.stats()
-    assert own_backend.wait_for_count(run_id, "train/loss", 5000) == 5000
-    monitor.close()
+    monitor.close()  # nothing can be sent after this: the counts below are final
+    assert own_backend.counts(run_id)["train/loss"] == 5000
     assert monitor.stats()["dropped_points"] == 0
     durations = sorted(elapsed for elapsed, _, _ in calls)
     slow = [call for call in calls if call[0] > 1_000_000]
@@ -88,7 +91,7 @@ def _outage(backend: Backend, seconds: float) -> None:
     """SIGTERM (uvicorn stops accepting at once), down for `seconds` from then, start again."""
     started = time.monotonic()
     backend.stop(signal.SIGTERM, timeout=5.0)
-    time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+    time.sleep(max(0.0, seconds - (time.monotonic() - started)))  # the outage's length: the scenario itself
     backend.start()
     print(f"outage: unreachable for {time.monotonic() - started:.1f}s")
 
@@ -104,10 +107,10 @@ def test_a_killed_backend_mid_stream_loses_and_duplicates_nothing(own_backend: B
         if step == 1400:
             own_backend.start()
         if step % 20 == 0:
-            time.sleep(0.01)
+            time.sleep(0.01)  # training steps take time (the workload, not a synchronisation)
     assert monitor.flush(60.0), monitor.stats()
-    assert own_backend.wait_for_count(run_id, "loss", 2000) == 2000
-    monitor.close()
+    monitor.close()  # nothing can be sent after this: the count below is final
+    assert own_backend.counts(run_id)["loss"] == 2000
 
 
 def test_pause_blocks_wait_if_paused_resume_releases_and_stop_sets_should_stop(backend: Backend, spool_dir: Path) -> None:
@@ -120,8 +123,8 @@ def test_pause_blocks_wait_if_paused_resume_releases_and_stop_sets_should_stop(b
     released = threading.Event()
     waiter = threading.Thread(target=lambda: (monitor.wait_if_paused(), released.set()), daemon=True)
     waiter.start()
-    assert not released.wait(1.0), "wait_if_paused returned while paused"
-    assert monitor.wait_if_paused(timeout=0.1) is False
+    assert monitor.wait_if_paused(timeout=0.1) is False  # paused: a bounded wait runs out
+    assert not released.is_set(), "wait_if_paused returned while paused"
     paused_at = time.monotonic()
     backend.post(f"/runs/{run_id}/control", {"action": "resume"})
     assert released.wait(5.0)
@@ -147,9 +150,13 @@ def test_a_stop_issued_while_paused_releases_the_loop(backend: Backend, spool_di
     assert _wait_until(lambda: monitor.state == "running")
     backend.post(f"/runs/{run_id}/control", {"action": "pause"})
     assert _wait_until(lambda: monitor.state == "paused", timeout=5.0)
-    threading.Timer(0.5, backend.post, args=(f"/runs/{run_id}/control", {"action": "stop"})).start()
-    assert monitor.wait_if_paused(timeout=10.0) is True
-    assert monitor.should_stop
+    outcome: list[bool] = []
+    waiter = threading.Thread(target=lambda: outcome.append(monitor.wait_if_paused(timeout=30.0)), daemon=True)
+    waiter.start()
+    assert monitor.wait_if_paused(timeout=0.1) is False  # held
+    backend.post(f"/runs/{run_id}/control", {"action": "stop"})
+    waiter.join(10.0)
+    assert outcome == [True] and monitor.should_stop
     monitor.close()
 
 
@@ -205,7 +212,8 @@ CRASHING_CHILD = textwrap.dedent("""
     sys.stdin.readline()  # the test stops the backend meanwhile
     for step in range(100, 250):
         monitor.log({"loss": float(step)}, step)
-    while monitor.stats()["queued"] or monitor._worker._busy:
+    deadline = time.monotonic() + 30  # bounded wait until the worker spooled all of it
+    while (monitor.stats()["queued"] or monitor._worker._busy) and time.monotonic() < deadline:
         time.sleep(0.05)
     print("spooled", monitor.stats()["spooled_batches"], flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -229,7 +237,7 @@ def test_a_new_monitor_replays_the_spool_of_a_crashed_process(own_backend: Backe
         assert survivor.flush(30.0)
         assert survivor.stats()["replayed_batches"] == int(spooled[1])
     assert own_backend.counts(own_backend.run_id("crash")) == {"loss": 250}
-    assert list(spool_dir.glob("*.jsonl")) == []
+    assert list(spool_dir.rglob("*.jsonl")) == []
 
 
 def test_drops_are_reported_as_a_metric_when_the_spool_is_full(own_backend: Backend, spool_dir: Path) -> None:
@@ -267,7 +275,7 @@ def test_a_rejected_batch_is_not_retried_and_logged_once(backend: Backend, spool
 
 
 def test_register_fingerprint_sends_the_digest_first_and_the_object_once(backend: Backend, spool_dir: Path) -> None:
-    fingerprint_processor = pytest.importorskip("trainer_hooks.fingerprint").fingerprint_processor
+    pytest.importorskip("trainer_hooks.fingerprint")
     from tests.fixtures.tokenizers import build_chatml_tokenizer
     from transformers import AutoTokenizer
 
@@ -283,3 +291,171 @@ def test_register_fingerprint_sends_the_digest_first_and_the_object_once(backend
     run = backend.get(f"/runs/{backend.run_id('fp')}")
     assert {c["fingerprint_digest"] for c in run["components"]} == digests and len(digests) == 1
     assert backend.get(f"/fingerprints/{digests.pop()}")["digest"]
+
+
+def _leftovers(url: str, spool_dir: Path, run: str, points: int) -> list[dict]:
+    """What a process that could not reach `url` leaves in the spool when it ends."""
+    monitor = ParityMonitor(run, url=url, spool_dir=spool_dir, worker_id="gone", max_backoff_s=0.5)
+    for step in range(points):
+        monitor.log({"loss": float(step)}, step)
+    assert monitor.close(timeout=1.0) is False
+    scoped = HookSettings.from_env().spool_directory(url, spool_dir)
+    return [json.loads(line) for path in scoped.glob("*.jsonl") for line in path.read_text().splitlines()]
+
+
+def _schedule_the_worker_late(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker thread's first tick runs late, as on a loaded machine."""
+    tick = Worker._tick
+
+    def late_first_tick(worker: Worker, closing: bool) -> None:
+        if not getattr(worker, "_ticked_once", False):
+            worker._ticked_once = True
+            time.sleep(0.5)  # injected scheduling delay, not a synchronisation
+        tick(worker, closing)
+
+    monkeypatch.setattr(Worker, "_tick", late_first_tick)
+
+
+def test_flush_waits_for_the_leftovers_it_adopted(own_backend: Backend, spool_dir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    own_backend.stop(signal.SIGKILL)
+    left = _leftovers(own_backend.url, spool_dir, "adopted", 40)
+    assert left, "nothing was spooled"
+    own_backend.start()
+    _schedule_the_worker_late(monkeypatch)
+    with ParityMonitor("adopted", url=own_backend.url, spool_dir=spool_dir) as survivor:
+        assert survivor.flush(30.0)  # at once: before its worker even opened the spool
+        assert survivor.stats()["replayed_batches"] == len(left)
+    assert own_backend.counts(own_backend.run_id("adopted")) == {"loss": 40}
+
+
+def test_leftovers_headed_to_another_backend_are_never_sent_here(backend: Backend, spool_dir: Path) -> None:
+    elsewhere = f"http://127.0.0.1:{free_port()}"  # nothing listens: its batches stay in the spool
+    left = _leftovers(elsewhere, spool_dir, "elsewhere", 30)
+    assert left and {record["backend"] for record in left} == {elsewhere}
+    # the same batches moved into this backend's directory are refused too: each says where it was headed
+    here = HookSettings.from_env().spool_directory(backend.url, spool_dir)
+    here.mkdir(parents=True, mode=0o700)
+    (here / "moved.jsonl").write_text("".join(json.dumps(record) + "\n" for record in left))
+    with ParityMonitor("here", url=backend.url, spool_dir=spool_dir) as monitor:
+        assert monitor.flush(20.0)
+        stats = monitor.stats()
+    assert stats["replayed_batches"] == 0 and stats["spool_skipped_lines"] == len(left)
+    assert "elsewhere" not in {run["name"] for run in backend.get("/runs", project="default")["runs"]}
+    assert list(HookSettings.from_env().spool_directory(elsewhere, spool_dir).glob("*.jsonl")), \
+        "the other backend's leftovers must stay for it"
+
+
+def test_only_well_formed_records_are_replayed(backend: Backend, spool_dir: Path) -> None:
+    here = HookSettings.from_env().spool_directory(backend.url, spool_dir)
+    here.mkdir(parents=True, mode=0o700)
+    good = {"v": 1, "backend": backend.url, "run": {"name": "shapes", "project": "default", "id": None},
+            "component": {"side": "trainer", "worker_id": "w9", "host": "h", "pid": 1},
+            "run_id": None, "component_id": None, "client_id": "c" * 32, "seq": 0,
+            "steps": [1, 2], "series": {"loss": [0.5, None]}}
+    bad = [
+        {k: v for k, v in good.items() if k != "run"},               # no run: cannot be placed
+        {**good, "seq": 1, "steps": [-1, 2]},                         # a step the server refuses
+        {**good, "seq": 2, "series": {"loss": ["0.5", 1.0]}},         # text is not a number
+        {**good, "seq": 3, "series": {"loss": [True, 1.0]}},          # nor is a bool
+        {**good, "seq": 4, "series": {"loss": [1.0]}},                # not aligned with steps
+        {**good, "seq": 5, "component": {**good["component"], "side": "root"}},
+        {**good, "seq": 6, "client_id": 7},
+    ]
+    lines = [json.dumps(record) for record in bad] + [json.dumps({**good, "seq": 9})]
+    (here / "dead.jsonl").write_text("\n".join(lines) + "\n")
+    with ParityMonitor("other", url=backend.url, spool_dir=spool_dir) as monitor:
+        assert monitor.flush(20.0)
+        stats = monitor.stats()
+    assert stats["replayed_batches"] == 1 and stats["spool_skipped_lines"] == len(bad)
+    assert stats["rejected_points"] == 0  # nothing malformed ever reached the server
+    assert backend.counts(backend.run_id("shapes")) == {"loss": 1}
+
+
+def test_health_follows_the_backend(own_backend: Backend, spool_dir: Path) -> None:
+    monitor = ParityMonitor("health", url=own_backend.url, spool_dir=spool_dir, max_backoff_s=0.5,
+                            heartbeat_interval_s=0.2, poll_timeout_s=1.0)
+    try:
+        assert _wait_until(lambda: monitor.healthy)
+        assert monitor.stats()["backend_error"] is None
+        own_backend.stop(signal.SIGKILL)
+        assert _wait_until(lambda: not monitor.healthy)
+        stats = monitor.stats()
+        assert stats["healthy"] is False and stats["backend_error"]  # refused, or reset mid-request
+        assert stats["unreachable_s"] is not None
+        own_backend.start()
+        assert _wait_until(lambda: monitor.healthy, timeout=20.0)
+    finally:
+        monitor.close()
+    assert not monitor.healthy  # closed: nobody is watching any more
+
+
+def test_sampling_params_join_the_processor_fingerprint_whenever_they_come(backend: Backend, spool_dir: Path) -> None:
+    """Reported before the processor: posted alone; the same values again: nothing new; the
+    processor afterwards: one fingerprint holding both, the processor's digests untouched."""
+    from tests.fixtures.tokenizers import build_chatml_tokenizer
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(build_chatml_tokenizer(spool_dir.parent / "tok"))
+    monitor = ParityMonitor("sp", side="rollout", url=backend.url, spool_dir=spool_dir, worker_id="w0")
+    try:
+        assert monitor.report_sampling_params({"temperature": 0.7, "top_k": 20}, logprobs_mode="raw_logprobs")
+        assert monitor.report_sampling_params({"temperature": 0.7, "top_k": 20, "top_p": 1.0}, logprobs_mode="raw")
+        assert monitor.flush(20.0) and monitor.stats()["fingerprints_posted"] == 1  # the second is the same setting
+        run = backend.get(f"/runs/{backend.run_id('sp')}")
+        alone = backend.get(f"/fingerprints/{run['components'][0]['fingerprint_digest']}")
+        assert alone["kind"] == "sampling" and list(alone["components"]) == ["sampling_params"]
+
+        processor = monitor.register_processor(tokenizer).result(timeout=60)
+        assert monitor.flush(20.0) and monitor.stats()["fingerprints_posted"] == 2
+        run = backend.get(f"/runs/{backend.run_id('sp')}")
+        posted = backend.get(f"/fingerprints/{run['components'][0]['fingerprint_digest']}")
+        assert posted["digest"] != processor["digest"] and posted["kind"] == processor["kind"]
+        assert posted["components"]["sampling_params"]["value"] == {
+            "temperature": 0.7, "top_p": None, "top_k": 20, "min_p": None, "repetition_penalty": None,
+            "presence_penalty": None, "frequency_penalty": None, "logprobs_mode": "raw"}
+        assert {n: c["digest"] for n, c in posted["components"].items() if n != "sampling_params"} == {
+            n: c["digest"] for n, c in processor["components"].items()}
+        # env (never compared) keeps the first spelling of a setting
+        assert posted["env"]["sampling"]["as_given"] == {"temperature": 0.7, "top_k": 20}
+    finally:
+        monitor.close()
+
+
+@pytest.mark.parametrize("fingerprinting", ["succeeds", "fails"])
+def test_sampling_reported_while_the_processor_is_fingerprinted_waits_for_it(
+        backend: Backend, spool_dir: Path, monkeypatch: pytest.MonkeyPatch, fingerprinting: str) -> None:
+    """The trainer callback registers its processor (fingerprinted on a thread) and reports its
+    sampling assumption at once: the backend must see one fingerprint holding both, never a
+    sampling-only one first (the dashboard and a reader of the digest would see no chat template).
+    If fingerprinting fails, the sampling report is not lost."""
+    import trainer_hooks.fingerprint as fingerprint_module
+    from tests.fixtures.tokenizers import build_chatml_tokenizer
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(build_chatml_tokenizer(spool_dir.parent / "tok"))
+    release = threading.Event()
+    real = fingerprint_module.fingerprint_processor
+
+    def held_fingerprint(*args, **kwargs):
+        assert release.wait(30)
+        if fingerprinting == "fails":
+            raise RuntimeError("this processor cannot be fingerprinted")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fingerprint_module, "fingerprint_processor", held_fingerprint)
+    with ParityMonitor("held", side="trainer", url=backend.url, spool_dir=spool_dir) as monitor:
+        pending = monitor.register_processor(tokenizer)
+        assert monitor.report_sampling_params({"temperature": 0.9}, logprobs_mode="processed")
+        assert monitor.flush(20.0) and monitor.stats()["fingerprints_posted"] == 0  # held for the processor
+        release.set()
+        concurrent_wait = pending.exception(timeout=60)
+        assert (concurrent_wait is None) == (fingerprinting == "succeeds")
+        assert _wait_until(lambda: monitor.flush(5.0) and monitor.stats()["fingerprints_posted"] == 1, timeout=20)
+        run = backend.get(f"/runs/{backend.run_id('held')}")
+        posted = backend.get(f"/fingerprints/{run['components'][0]['fingerprint_digest']}")
+    assert posted["components"]["sampling_params"]["value"]["temperature"] == 0.9
+    if fingerprinting == "succeeds":
+        assert posted["components"]["chat_template"]["value"]
+    else:
+        assert posted["kind"] == "sampling" and list(posted["components"]) == ["sampling_params"]

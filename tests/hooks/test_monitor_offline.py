@@ -10,8 +10,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.hooks.conftest import free_port
+from tests.hooks.conftest import ROOT, free_port
 from trainer_hooks.monitor import ParityMonitor
+from trainer_hooks.settings import HookSettings
 
 
 @pytest.fixture
@@ -93,7 +94,8 @@ def test_unreachable_backend_spools_to_disk_and_close_keeps_the_spool(dead_url: 
     for step in range(100):
         assert monitor.log({"loss": float(step)}, step)
     assert monitor.close(timeout=0.5) is False
-    lines = [json.loads(line) for f in spool_dir.glob("*.jsonl") for line in f.read_text().splitlines()]
+    lines = [json.loads(line) for f in spool_dir.rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert {record["backend"] for record in lines} == {dead_url}
     assert [s for record in lines for s in record["steps"]] == list(range(100))
     assert {record["client_id"] for record in lines} == {monitor.stats()["client_id"]}
     assert [record["seq"] for record in lines] == sorted(record["seq"] for record in lines)
@@ -126,6 +128,21 @@ def test_env_vars_supply_the_defaults(monkeypatch: pytest.MonkeyPatch, dead_url:
         assert monitor.url == dead_url
         assert (monitor._run_key.name, monitor._run_key.project) == ("from-env", "proj")
         assert monitor._transport_config.token == "secret"
+
+
+def test_env_flags_are_strict(monkeypatch: pytest.MonkeyPatch, dead_url: str, spool_dir: Path) -> None:
+    monkeypatch.setenv("PARITYWATCH_FAIL_CLOSED", "yes")
+    with ParityMonitor("r", url=dead_url, spool_dir=spool_dir) as monitor:
+        assert monitor.fail_closed and monitor.wait_if_paused(timeout=0.2) is False
+    monkeypatch.setenv("PARITYWATCH_DISABLED", "maybe")
+    with pytest.raises(ValueError, match="PARITYWATCH_DISABLED"):
+        ParityMonitor("r", url=dead_url, spool_dir=spool_dir)
+
+
+def test_every_environment_setting_is_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in HookSettings.variables() if f"`{name}" not in readme]
+    assert missing == []
 
 
 def test_unknown_state_holds_the_first_step_briefly_then_fails_open():

@@ -1,13 +1,16 @@
-"""The on-disk spool: order, size cap, and leftovers of a crashed process."""
+"""The on-disk spool: order, size cap, leftovers of a crashed process, and what it will replay."""
 from __future__ import annotations
 
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from trainer_hooks.spool import Spool
 
@@ -67,7 +70,7 @@ def test_a_live_spools_file_is_not_adopted(tmp_path: Path) -> None:
 
 def test_leftovers_of_a_killed_process_are_replayed_and_a_torn_line_skipped(tmp_path: Path) -> None:
     writer = textwrap.dedent(f"""
-        import sys, time
+        import sys
         from trainer_hooks.spool import Spool
         spool = Spool({str(tmp_path)!r}, "crashed")
         for seq in range(3):
@@ -75,10 +78,10 @@ def test_leftovers_of_a_killed_process_are_replayed_and_a_torn_line_skipped(tmp_
         with open(spool.own_path, "ab") as fh:
             fh.write(b'{{"client_id": "c1", "se')  # the crash hit mid-write
         print("ready", flush=True)
-        time.sleep(60)
+        sys.stdin.read()  # alive, holding the lock, until the test kills it
     """)
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-c", writer], cwd=root, stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", writer], cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == b"ready"
     assert Spool(tmp_path, "while-alive").adopted == 0  # its flock is still held
     os.kill(proc.pid, signal.SIGKILL)
@@ -97,3 +100,53 @@ def test_adopted_leftovers_come_before_the_new_processes_own_batches(tmp_path: P
     new = Spool(tmp_path, "new")
     new.append(_record(1))
     assert _drain(new) == [0, 1]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+@pytest.fixture
+def loose_umask():
+    """The usual 022: what a spool created without care would get (0755 / 0644)."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_the_spool_directory_is_0700_and_its_files_0600(tmp_path: Path, loose_umask) -> None:
+    """Replayed batches go out with this process's token: nobody else may read or plant them."""
+    spool = Spool(tmp_path / "cache" / "spool" / "backend", "owner")
+    spool.append(_record(0))
+    assert _mode(spool.directory) == 0o700
+    assert _mode(spool.own_path) == 0o600
+
+
+def test_an_existing_spool_directory_of_ours_is_tightened(tmp_path: Path, loose_umask) -> None:
+    directory = tmp_path / "spool"
+    directory.mkdir(mode=0o755)
+    Spool(directory, "owner")
+    assert _mode(directory) == 0o700
+
+
+def test_lines_that_are_not_well_formed_records_are_skipped_and_counted(tmp_path: Path) -> None:
+    leftover = tmp_path / "dead.jsonl"
+    lines = [json.dumps(_record(0)), json.dumps({"seq": "not a record"}), json.dumps([1, 2]),
+             json.dumps(_record(1)), '{"client_id": "c1", "se']
+    leftover.write_text("\n".join(lines))
+    accept = lambda record: None if isinstance(record, dict) and "steps" in record else "not a batch"  # noqa: E731
+    spool = Spool(tmp_path, "survivor", accept=accept)
+    assert _drain(spool) == [0, 1]
+    assert (spool.rejected_lines, spool.corrupt_lines, spool.skipped_lines) == (2, 1, 3)
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOFOLLOW"), reason="needs O_NOFOLLOW")
+def test_a_symlinked_leftover_is_never_adopted(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text(json.dumps(_record(7)) + "\n")
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir(mode=0o700)
+    (spool_dir / "planted.jsonl").symlink_to(elsewhere)
+    spool = Spool(spool_dir, "survivor")
+    assert spool.adopted == 0 and spool.is_empty()
+    assert elsewhere.exists()

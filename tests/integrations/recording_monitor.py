@@ -17,15 +17,15 @@ class RecordingMonitor:
     def __init__(self, **kwargs: Any):
         self.kwargs = kwargs
         self.processors: list[tuple[Any, Any]] = []
+        self.sampling: list[tuple[Any, dict[str, Any]]] = []
         self.logged: list[tuple[dict[str, float], int]] = []
+        self.policy_versions: list[int] = []
         self.waits: list[float] = []  # seconds each wait_if_paused call blocked
         self.wait_ends: list[float] = []  # time.monotonic() when each returned
         self.resumed_at: float | None = None
         self.closed = False
         self.stop_after_step: int | None = None  # simulate a "stop" arriving with the log of this step
-        # resume this long after the first wait that finds the run paused (independent of how
-        # long the trainer's set-up takes on a loaded machine)
-        self.resume_after_first_wait_s: float | None = None
+        self.waiting = threading.Event()  # set when a wait_if_paused call finds the run paused
         self._running = threading.Event()
         self._running.set()
         self._stop = False
@@ -33,11 +33,18 @@ class RecordingMonitor:
     def register_processor(self, processor: Any, generation_config: Any = None) -> None:
         self.processors.append((processor, generation_config))
 
+    def report_sampling_params(self, params: Any = None, **kwargs: Any) -> bool:
+        self.sampling.append((params, kwargs))
+        return True
+
     def log(self, metrics: dict[str, float], step: int) -> bool:
         self.logged.append((dict(metrics), step))
         if self.stop_after_step is not None and step >= self.stop_after_step:
             self.request_stop()
         return True
+
+    def set_policy_version(self, version: int) -> None:
+        self.policy_versions.append(version)
 
     def pause(self) -> None:
         self._running.clear()
@@ -52,9 +59,8 @@ class RecordingMonitor:
 
     def wait_if_paused(self, timeout: float | None = None) -> bool:
         start = time.monotonic()
-        if self.resume_after_first_wait_s is not None and not self._running.is_set():
-            threading.Timer(self.resume_after_first_wait_s, self.resume).start()
-            self.resume_after_first_wait_s = None
+        if not self._running.is_set():
+            self.waiting.set()
         resumed = self._running.wait(timeout)
         self.wait_ends.append(time.monotonic())
         self.waits.append(self.wait_ends[-1] - start)
@@ -90,6 +96,9 @@ class FileMonitor(RecordingMonitor):
     def log(self, metrics: dict[str, float], step: int) -> bool:
         self._write({"event": "log", "metrics": metrics, "step": step})
         return True
+
+    def set_policy_version(self, version: int) -> None:
+        self._write({"event": "policy_version", "version": version})
 
     def close(self) -> None:
         self._write({"event": "close"})

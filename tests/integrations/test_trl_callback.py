@@ -12,7 +12,6 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +56,19 @@ def test_train_begin_registers_processing_class_and_generation_config():
     tokenizer = object()
     callback.on_train_begin(None, state, control, model=FakeModel(), processing_class=tokenizer)
     assert monitor.processors == [(tokenizer, FakeModel.generation_config)]
+
+
+def test_train_begin_reports_what_the_grpo_recompute_assumes(tmp_path):
+    from trl import GRPOConfig
+
+    from trainer_hooks.integrations.trl import ParityCallback
+
+    monitor = RecordingMonitor()
+    state, control = make_state()
+    args = GRPOConfig(output_dir=str(tmp_path), temperature=0.6, top_p=0.9, top_k=20, use_cpu=True, report_to="none")
+    ParityCallback(monitor=monitor).on_train_begin(args, state, control, model=FakeModel(), processing_class=object())
+    # TRL divides the logits by the temperature and masks nothing: top_p/top_k are the rollout's business
+    assert monitor.sampling == [({"temperature": 0.6}, {"logprobs_mode": "processed", "source": "trl"})]
 
 
 def test_train_begin_accepts_the_older_tokenizer_keyword():
@@ -106,10 +118,13 @@ def test_pause_holds_step_begin_until_resumed():
     monitor.pause()
     callback = ParityCallback(monitor=monitor)
     state, control = make_state()
-    threading.Timer(0.3, monitor.resume).start()
-    start = time.monotonic()
-    callback.on_step_begin(None, state, control)
-    assert time.monotonic() - start >= 0.25
+    returned = threading.Event()
+    step = threading.Thread(target=lambda: (callback.on_step_begin(None, state, control), returned.set()), daemon=True)
+    step.start()
+    assert monitor.waiting.wait(10.0)  # the step is waiting on the monitor...
+    assert not returned.is_set()       # ...and cannot return before the resume
+    monitor.resume()
+    assert returned.wait(10.0)
     assert not control.should_training_stop
 
 
@@ -219,7 +234,8 @@ def test_grpo_trainer_run_registers_forwards_pauses_and_stops(tiny_qwen2, qwen_t
     monitor = RecordingMonitor()
     monitor.pause()  # paused before the first step: the trainer must wait
     monitor.stop_after_step = 1  # a stop arrives with step 1's metrics: step 2 runs, saves, and training ends
-    monitor.resume_after_first_wait_s = 1.0
+    # an operator resumes once the trainer waits (however long its set-up took on a loaded machine)
+    threading.Thread(target=lambda: monitor.waiting.wait(300) and monitor.resume(), daemon=True).start()
     args = GRPOConfig(
         output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, num_generations=4,
         max_completion_length=8, beta=0.04, learning_rate=1e-4, logging_steps=1, save_strategy="no",
@@ -234,7 +250,7 @@ def test_grpo_trainer_run_registers_forwards_pauses_and_stops(tiny_qwen2, qwen_t
     processor, generation_config = monitor.processors[0]
     assert processor is qwen_tokenizer
     assert generation_config.eos_token_id == qwen_tokenizer.eos_token_id
-    assert monitor.waits[0] > 0.1 and monitor.wait_ends[0] >= monitor.resumed_at  # step 1 held until the resume
+    assert monitor.wait_ends[0] >= monitor.resumed_at  # step 1 held until the resume
     names = set().union(*(metrics for metrics, _ in monitor.logged))
     assert {"kl", "entropy", "reward", "clip_ratio/region_mean", "completions/mean_length"} <= names
     assert [step for _, step in monitor.logged][:2] == [1, 2]
@@ -248,11 +264,11 @@ def test_grpo_trainer_run_registers_forwards_pauses_and_stops(tiny_qwen2, qwen_t
 def loop_kwargs(tokenizer, **extra):
     from datasets import Dataset
 
-    return dict(
+    return {**dict(
         model_name="tiny-qwen2", dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
         reward_funcs=[trivial_reward], processing_class=tokenizer, eos_token_ids=[tokenizer.eos_token_id],
-        temperature=0.7, top_p=0.9, **extra,
-    )
+        temperature=0.7, top_p=0.9,
+    ), **extra}
 
 
 def build_loop(tokenizer, monitor_spec, **extra):
@@ -279,11 +295,31 @@ def test_rollout_loop_registers_the_processor_it_renders_with(qwen_tokenizer):
         assert processor is loop.tokenizer  # after TRL's add_response_schema
         assert generation_config.eos_token_id == [qwen_tokenizer.eos_token_id]
         assert (generation_config.temperature, generation_config.top_p) == (0.7, 0.9)
+        (params, how), = monitor.sampling  # what every request of the loop sets
+        assert (params["temperature"], params["top_p"], how["source"]) == (0.7, 0.9, "trl_async_rollout")
+        assert how["filled_from_generation_config"] == []  # "tiny-qwen2": no such folder, nothing cached
 
         loop._rates["rollout/turns_mean"] = [6.0, 3.0]
         loop._push_metrics({"rollout/score_s": 0.5, "rollout/generated_tok_s": (100.0, 0.0)})
         assert monitor.logged == [({"rollout/score_s": 0.5, "rollout/turns_mean": 2.0}, 3)]
+        assert monitor.policy_versions == [3]  # the version the worker serves, for the workers view
         assert loop._metrics_queue.get_nowait()["rollout/score_s"] == 0.5  # TRL's own path still fed
+    finally:
+        close_loop(loop)
+
+
+def test_rollout_loop_reports_what_the_server_fills_from_the_models_generation_config(qwen_tokenizer, tmp_path):
+    """The loop leaves min_p out of its requests when unset; vLLM's server then takes the model's
+    generation_config.json value, which the trainer's recompute knows nothing of."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "generation_config.json").write_text(json.dumps({"min_p": 0.05, "top_k": 20, "temperature": 0.6}))
+    loop = build_loop(qwen_tokenizer, (RecordingMonitor, {}), model_name=str(model_dir), top_k=0)
+    try:
+        (params, how), = loop.parity_monitor.sampling
+        assert how["filled_from_generation_config"] == ["min_p"]
+        # the request's own values win: temperature 0.7 and top_k 0 (off) are sent with every request
+        assert (params["min_p"], params["temperature"], params["top_k"]) == (0.05, 0.7, 0)
     finally:
         close_loop(loop)
 

@@ -6,10 +6,10 @@ from typing import Iterator
 
 import pytest
 
-from backend import migrate
-from backend.auth import create_token
-from backend.db import Database
-from backend.settings import Settings
+from paritywatch.backend import migrate
+from paritywatch.backend.auth import create_token
+from paritywatch.backend.db import Database
+from paritywatch.backend.settings import Settings
 from tests.support.live import ThreadServer
 
 

@@ -14,9 +14,10 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 
-from backend.auth import create_token
-from backend.main import create_app
-from backend.settings import Settings
+from paritywatch.backend.auth import create_token
+from trainer_hooks.fingerprint.core import assemble
+from paritywatch.backend.main import create_app
+from paritywatch.backend.settings import Settings
 from tests.reliability.conftest import make_tokens
 from tests.support.live import ThreadServer
 
@@ -32,7 +33,7 @@ def _fuzz_app():  # noqa: ANN202
     work with this pytest)."""
     import tempfile
 
-    from backend import migrate
+    from paritywatch.backend import migrate
 
     url = f"sqlite:///{tempfile.mkdtemp(prefix='paritywatch_fuzz_')}/fuzz.db"
     migrate.upgrade(url)
@@ -112,8 +113,8 @@ def test_oversize_body_is_413_by_content_length(api: TestClient) -> None:
 
 def test_oversize_body_is_413_when_streamed_without_length(db_url) -> None:
     """A chunked upload has no Content-Length: the cap must still answer 413 (not 400 / 500)."""
-    app = create_app(Settings(database_url=db_url, run_background_workers=False, max_body_bytes=64 * 1024),
-                     upgrade_schema=False)
+    app = create_app(Settings(database_url=db_url, run_background_workers=False, max_body_bytes=64 * 1024,
+                              max_small_body_bytes=64 * 1024), upgrade_schema=False)
     with ThreadServer(app.state.settings) as server:
         def chunks():
             for _ in range(200):
@@ -149,7 +150,9 @@ def test_bad_steps_are_422_and_nothing_is_written(api: TestClient, steps) -> Non
     assert metric_counts(api, run_id) == {}
 
 
-def test_largest_step_is_accepted(api: TestClient) -> None:
+def test_largest_step_is_accepted(api: TestClient, monkeypatch) -> None:  # noqa: ANN001
+    # 2**53 is 2**30 steps past nothing: allowed once the step bound is lifted (PARITYWATCH_MAX_STEP_AHEAD)
+    monkeypatch.setattr(api.app.state.metrics, "max_step_ahead", 2**53)
     run_id = new_run(api)
     r = api.post(f"/api/v1/runs/{run_id}/metrics", json={"client_id": "big", "seq": 0, "steps": [0, 2**53],
                                                         "series": {"v": [1.0, 2.0]}})
@@ -227,11 +230,10 @@ def test_ten_megabyte_chat_template_in_a_fingerprint(api: TestClient) -> None:
     template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                 "🙂\u0301\t") * (10 * 1024 * 1024 // 90)
     assert len(template.encode()) > 10 * 1024 * 1024
-    fp = {"digest": "cd" * 32, "fingerprint_version": 1,
-          "components": {"chat_template": {"digest": "ef" * 32, "value": template}}}
+    fp = assemble("tokenizer", {"chat_template": template}, {})  # the server recomputes the digests
     r = api.post(f"/api/v1/runs/{run_id}/components/{comp}/fingerprint", json=fp)
     assert r.status_code == 200, r.text[:500]
-    got = api.get(f"/api/v1/fingerprints/{'cd' * 32}")
+    got = api.get(f"/api/v1/fingerprints/{fp['digest']}")
     assert got.status_code == 200 and got.json()["components"]["chat_template"]["value"] == template
     assert api.get(f"/api/v1/runs/{run_id}/parity").status_code == 200
 

@@ -4,7 +4,6 @@ nothing is doubled, and everything recovers by itself."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -13,7 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from tests.support.live import ProcessServer, free_port, wait_for
+from paritywatch.backend import migrate
+from tests.support.live import ProcessServer, free_port, settled_deliveries, wait_for
+from tests.support.private_postgres import PrivatePostgres
 from trainer_hooks.monitor import ParityMonitor
 
 FAST_WEBHOOKS = {"PARITYWATCH_ALLOW_LOOPBACK_WEBHOOKS": "1", "PARITYWATCH_WEBHOOK_BACKOFF_BASE_S": "0.2",
@@ -42,9 +43,11 @@ def test_backend_sigkilled_mid_run_loses_and_doubles_nothing(db_url, tmp_path) -
                                   request_timeout_s=2.0) for i in range(4)]
         logger = threading.Thread(target=log_steps, args=(monitors, 1500, 0.004))
         logger.start()
-        time.sleep(1.5)
+        wait_for(lambda: all(m.stats()["sent_batches"] >= 2 for m in monitors), 30)  # the run is under way
         server.stop(signal.SIGKILL)  # mid-run, mid-request: no shutdown of any kind
-        time.sleep(2.0)
+        # down until the hooks have had to spool what they could not send
+        wait_for(lambda: all(m.stats()["spooled_batches"] >= 1 for m in monitors), 30)
+        assert logger.is_alive(), "the logging ended before the backend was back"
         server.start()
         logger.join()
         for m in monitors:
@@ -104,15 +107,17 @@ def test_webhook_receiver_down_for_a_while(db_url) -> None:  # noqa: ANN001
         api = httpx.Client(base_url=server.url + "/api/v1", timeout=10)
         hook = api.post("/webhooks", json={"url": receiver.url}).json()
         queued = [api.post(f"/webhooks/{hook['id']}/test").json()["delivery_id"] for _ in range(10)]
-        time.sleep(8.0)  # down: every attempt is refused
-        deliveries = api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"]
-        assert all(d["status"] == "pending" and d["attempts"] >= 2 for d in deliveries), deliveries
+
+        def all_refused_twice():  # noqa: ANN202  down: every attempt is refused, and retried
+            rows = api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"]
+            return len(rows) == 10 and all(d["attempts"] >= 2 for d in rows) and rows
+
+        deliveries = wait_for(all_refused_twice, 30, interval_s=0.1)
+        assert all(d["status"] == "pending" for d in deliveries), deliveries
         queued += [api.post(f"/webhooks/{hook['id']}/test").json()["delivery_id"] for _ in range(5)]
         receiver.up()
         try:
-            wait_for(lambda: len(set(receiver.ids)) >= 15, 30)
-            time.sleep(2.0)  # a late duplicate would show up now
-            deliveries = api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"]
+            deliveries = settled_deliveries(server.url, hook["id"], expected=15)  # then nothing more is sent
         finally:
             receiver.down()
     assert len(queued) == 15
@@ -122,17 +127,24 @@ def test_webhook_receiver_down_for_a_while(db_url) -> None:  # noqa: ANN001
     assert {d["event_id"] for d in deliveries} == set(receiver.ids)
 
 
-def _restart_postgres() -> None:
-    version = sorted(p.name for p in __import__("pathlib").Path("/etc/postgresql").iterdir())[-1]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
-                   timeout=60, capture_output=True)
+@pytest.fixture
+def private_postgres():  # noqa: ANN201
+    """A PostgreSQL server of this test's own, migrated: restarting it leaves other tests alone."""
+    from tests.conftest import PG_ADMIN_URL
+
+    if PG_ADMIN_URL == "skip":
+        pytest.skip("PostgreSQL tests disabled by PARITYWATCH_TEST_PG_URL=skip")
+    server = PrivatePostgres().start()
+    try:
+        migrate.upgrade(server.url)
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.mark.postgres
-def test_postgres_restart_backend_recovers_by_itself(postgresql_url, tmp_path) -> None:  # noqa: ANN001
-    from tests.conftest import _empty_all_tables
-
-    _empty_all_tables(postgresql_url)
+def test_postgres_restart_backend_recovers_by_itself(private_postgres, tmp_path) -> None:  # noqa: ANN001
+    postgresql_url = private_postgres.url
     receiver = Receiver()
     receiver.up()
     with ProcessServer(postgresql_url, env=FAST_WEBHOOKS) as server:
@@ -142,8 +154,8 @@ def test_postgres_restart_backend_recovers_by_itself(postgresql_url, tmp_path) -
                                 max_backoff_s=1.0, request_timeout_s=2.0)
         logger = threading.Thread(target=log_steps, args=([monitor], 1500, 0.004))
         logger.start()
-        time.sleep(1.0)
-        _restart_postgres()
+        wait_for(lambda: monitor.stats()["sent_batches"] >= 2, 30)  # the run is under way
+        private_postgres.restart()
         logger.join()
         try:
             assert monitor.flush(60.0), monitor.stats()

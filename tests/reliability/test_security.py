@@ -12,11 +12,12 @@ import httpx
 import pytest
 from starlette.routing import Mount, Route
 
-from backend.alerts import lifecycle
-from backend.models import Run
-from backend.webhooks import signing
-from backend.webhooks.ssrf import UnsafeURL, check_url
-from tests.support.live import WebhookReceiver, wait_for
+from paritywatch.backend.alerts import lifecycle
+from paritywatch.backend.models import Run
+from paritywatch.backend.webhooks import signing
+from paritywatch.backend.webhooks.ssrf import AddressPolicy, UnsafeURL, check_url
+from tests.support.live import WebhookReceiver, local_client, wait_for
+from trainer_hooks.fingerprint.core import assemble
 
 # Who may call each route of the app: "public" (no token), one scope, or "read|ingest".
 # Keyed by (method, route.path) exactly as FastAPI declares them; a new route with no entry
@@ -24,7 +25,8 @@ from tests.support.live import WebhookReceiver, wait_for
 ACCESS: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/openapi.json"): "public",
     ("GET", "/api/docs"): "public",
-    ("GET", "/docs/oauth2-redirect"): "public",
+    ("GET", "/api/docs/init.js"): "public",
+    ("GET", "/vendor/swagger-ui-{version}/{name}"): "public",
     ("GET", "/api/v1/ui-config"): "public",
     ("GET", "/"): "public",  # the dashboard page (its data needs a token)
     ("GET", "/index.html"): "public",
@@ -34,6 +36,8 @@ ACCESS: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/runs"): "ingest",
     ("GET", "/api/v1/runs"): "read",
     ("GET", "/api/v1/runs/{run_id}"): "read",
+    ("DELETE", "/api/v1/runs/{run_id}"): "admin",
+    ("GET", "/api/v1/run-deletions"): "read",
     ("POST", "/api/v1/runs/{run_id}/components"): "ingest",
     ("POST", "/api/v1/runs/{run_id}/components/{component_id}/heartbeat"): "ingest",
     ("POST", "/api/v1/runs/{run_id}/components/{component_id}/fingerprint"): "ingest",
@@ -41,12 +45,21 @@ ACCESS: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/runs/{run_id}/metrics"): "ingest",
     ("GET", "/api/v1/runs/{run_id}/metrics"): "read",
     ("GET", "/api/v1/runs/{run_id}/series"): "read",
+    ("GET", "/api/v1/runs/{run_id}/series/times"): "read",
+    ("POST", "/api/v1/runs/{run_id}/components/{component_id}/attestations"): "ingest",
+    ("GET", "/api/v1/runs/{run_id}/attestations"): "read",
+    ("GET", "/api/v1/runs/{run_id}/attestations/versions"): "read",
+    ("POST", "/api/v1/runs/{run_id}/audits"): "ingest",
+    ("GET", "/api/v1/runs/{run_id}/audits"): "read",
+    ("GET", "/api/v1/runs/{run_id}/audits/samples"): "read",
     ("GET", "/api/v1/runs/{run_id}/control"): "read|ingest",
     ("GET", "/api/v1/runs/{run_id}/control/wait"): "read|ingest",
     ("POST", "/api/v1/runs/{run_id}/control"): "admin",
     ("POST", "/api/v1/runs/{run_id}/control/stopped"): "ingest",
     ("GET", "/api/v1/runs/{run_id}/control/audit"): "read",
     ("GET", "/api/v1/runs/{run_id}/parity"): "read",
+    ("GET", "/api/v1/runs/{run_id}/workers"): "read",
+    ("GET", "/api/v1/runs/{run_id}/workers/series"): "read",
     ("GET", "/api/v1/runs/{run_id}/alerts"): "read",
     ("GET", "/api/v1/alerts"): "read",
     ("POST", "/api/v1/alerts/{alert_id}/acknowledge"): "admin",
@@ -57,6 +70,9 @@ ACCESS: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/runs/{run_id}/rules"): "read",
     ("POST", "/api/v1/runs/{run_id}/rules"): "admin",
     ("POST", "/api/v1/projects/{project}/rules"): "admin",
+    ("GET", "/api/v1/packs"): "read",
+    ("GET", "/api/v1/projects/{project}/settings"): "read",
+    ("PUT", "/api/v1/projects/{project}/settings"): "admin",
     ("PATCH", "/api/v1/rules/{rule_id}"): "admin",
     ("DELETE", "/api/v1/rules/{rule_id}"): "admin",
     ("GET", "/api/v1/webhooks"): "admin",
@@ -67,10 +83,16 @@ ACCESS: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/webhooks/{hook_id}/deliveries"): "admin",
     ("GET", "/api/v1/whoami"): "read|ingest",
     ("GET", "/api/v1/runs/{run_id}/stream"): "read",
+    ("POST", "/api/v1/runs/{run_id}/components/{component_id}/close"): "ingest",
+    ("POST", "/api/v1/silences"): "admin",
+    ("GET", "/api/v1/silences"): "read",
+    ("POST", "/api/v1/silences/{silence_id}/expire"): "admin",
+    ("GET", "/api/v1/webhook-events"): "read",
 }
 SCOPES = (None, "ingest", "read", "admin")
-FINGERPRINT = {"digest": "ab" * 32, "fingerprint_version": 1, "components": {"vocab": "x"}}
+FINGERPRINT = assemble("tokenizer", {"vocab": "x"}, {})  # hashed as the hooks hash: the server recomputes it
 RULE = {"key": "loss", "comparison": ">", "threshold": 10.0}
+SILENCE = {"project": "sec", "duration_s": 60, "reason": "sec"}
 
 
 def _routes(app) -> set[tuple[str, str]]:  # noqa: ANN001
@@ -82,7 +104,7 @@ def _routes(app) -> set[tuple[str, str]]:  # noqa: ANN001
             if isinstance(route, Route) and route.path == "/api/{rest:path}":
                 continue  # the 404/405 fallback for unknown API paths: no endpoint of its own
             if isinstance(route, Route):  # APIRoute and the plain routes (openapi, docs)
-                path = (prefix + route.path).replace(_plotly_version(), "{version}")
+                path = _versionless(prefix + route.path)
                 out.update((m, path) for m in route.methods or () if m != "HEAD")
             elif hasattr(route, "original_router"):  # fastapi's included router
                 walk(route.original_router.routes, prefix + route.include_context.prefix)
@@ -95,10 +117,23 @@ def _routes(app) -> set[tuple[str, str]]:  # noqa: ANN001
     return out
 
 
-def _plotly_version() -> str:
-    import plotly
+def _versionless(path: str) -> str:
+    """The vendored assets' routes carry their version (and plotly's its bundle): one key each."""
+    if path.startswith("/vendor/plotly-"):
+        return "/vendor/plotly-{version}.min.js"
+    if path.startswith("/vendor/swagger-ui-"):
+        return "/vendor/swagger-ui-{version}/{name}"
+    return path
 
-    return plotly.__version__
+
+def _vendored_url(path: str) -> str:
+    from importlib import metadata
+
+    from paritywatch.backend.main import plotly_bundle
+
+    if path == "/vendor/plotly-{version}.min.js":
+        return plotly_bundle()[0]
+    return path.format(version=metadata.version("fastapi-offline"), name="swagger-ui.css")
 
 
 def _allowed(rule: str, scope: str | None) -> bool:
@@ -143,10 +178,10 @@ class Fixtures:
 
     def request_for(self, method: str, path: str) -> tuple[str, dict | None, int]:
         """(concrete URL, JSON body, expected success status)."""
-        import plotly
-
+        if path.startswith("/vendor/"):
+            return _vendored_url(path), None, 200
         run_id = self.run()
-        values = {"run_id": run_id, "project": "sec", "version": plotly.__version__, "digest": FINGERPRINT["digest"]}
+        values = {"run_id": run_id, "project": "sec", "digest": FINGERPRINT["digest"]}
         if "{component_id}" in path:
             values["component_id"] = self.component(run_id)
         if "{alert_id}" in path:
@@ -155,6 +190,8 @@ class Fixtures:
             values["rule_id"] = self.rule(run_id)
         if "{hook_id}" in path:
             values["hook_id"] = self.webhook()
+        if "{silence_id}" in path:
+            values["silence_id"] = self._ok(self.api.post("/silences", json=SILENCE))["id"]
         if "{digest}" in path:
             comp = self.component(run_id)
             self._ok(self.api.post(f"/runs/{run_id}/components/{comp}/fingerprint", json=FINGERPRINT))
@@ -167,23 +204,36 @@ class Fixtures:
                 "/api/v1/runs/{run_id}/components/{component_id}/fingerprint": FINGERPRINT,
                 "/api/v1/runs/{run_id}/metrics": {"client_id": uuid.uuid4().hex, "seq": 0, "steps": [1],
                                                   "series": {"loss": [1.0]}},
+                "/api/v1/runs/{run_id}/components/{component_id}/attestations": _attestation(),
+                "/api/v1/runs/{run_id}/audits": {"client_id": uuid.uuid4().hex, "seq": 0, "counts": {"samples": 1}},
                 "/api/v1/runs/{run_id}/control": {"action": "pause", "reason": "sec"},
                 "/api/v1/runs/{run_id}/settings": {"on_mismatch": "alert"},
                 "/api/v1/runs/{run_id}/rules": RULE,
                 "/api/v1/projects/{project}/rules": RULE,
+                "/api/v1/projects/{project}/settings": {"packs": ["trl"]},
                 "/api/v1/rules/{rule_id}": {"enabled": False},
                 "/api/v1/webhooks": {"url": "http://127.0.0.1:9/h"},
                 "/api/v1/webhooks/{hook_id}": {"enabled": False},
+                "/api/v1/silences": SILENCE,
             }.get(path, {})
         if path.endswith("/control/wait"):
             url += "?timeout=0"
         if path.endswith("/control/stopped"):  # only a stopping run has a stop to acknowledge
             self._ok(self.api.post(f"/runs/{run_id}/control", json={"action": "stop", "reason": "sec"}))
-        if path.endswith("/series"):
+        if path.endswith(("/series", "/series/times")):
             self._ok(self.api.post(f"/runs/{run_id}/metrics", json={
                 "client_id": uuid.uuid4().hex, "seq": 0, "steps": [1], "series": {"loss": [1.0]}}))
             url += "?key=loss"
         return url, body, 204 if method == "DELETE" else 200
+
+
+def _attestation() -> dict:
+    """What `ParityMonitor.attest_weights` posts, for a one-tensor model."""
+    import numpy as np
+
+    from trainer_hooks.attest import digest_weights
+
+    return digest_weights({"w": np.ones((2, 2), dtype=np.float32)}, 1)
 
 
 def _call(server, method: str, url: str, body, token: str | None) -> httpx.Response:  # noqa: ANN001
@@ -305,26 +355,24 @@ def test_webhook_signature_verifies_and_replays_are_refused(secured_server) -> N
 ])
 def test_ssrf_guard_refuses(url: str) -> None:
     with pytest.raises(UnsafeURL):
-        check_url(url, allow_loopback=False)
+        check_url(url, AddressPolicy(), resolver=lambda host, port: ["127.0.0.1"])  # "localhost"
 
 
 def test_ssrf_guard_allows_public_and_opted_in_loopback() -> None:
-    check_url("https://93.184.216.34/hook", allow_loopback=False)
-    check_url("http://127.0.0.1:9000/hook", allow_loopback=True)
+    check_url("https://93.184.216.34/hook", AddressPolicy())
+    check_url("http://127.0.0.1:9000/hook", AddressPolicy(allow_loopback=True))
     with pytest.raises(UnsafeURL):  # metadata stays refused even with loopback allowed
-        check_url("http://169.254.169.254/", allow_loopback=True)
+        check_url("http://169.254.169.254/", AddressPolicy(allow_loopback=True))
 
 
 def test_ssrf_refused_through_the_api(tmp_path) -> None:
-    from fastapi.testclient import TestClient
-
-    from backend import migrate
-    from backend.main import create_app
-    from backend.settings import Settings
+    from paritywatch.backend import migrate
+    from paritywatch.backend.main import create_app
+    from paritywatch.backend.settings import Settings
 
     url = f"sqlite:///{tmp_path / 'ssrf.db'}"
     migrate.upgrade(url)
-    with TestClient(create_app(Settings(database_url=url), upgrade_schema=False)) as client:
+    with local_client(create_app(Settings(database_url=url, open_mode=True), upgrade_schema=False)) as client:
         for target in ("http://169.254.169.254/", "http://127.0.0.1:8321/", "http://[::1]:80/"):
             r = client.post("/api/v1/webhooks", json={"url": target})
             assert r.status_code == 422 and "refused" in r.json()["error"]["message"], (target, r.text)

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from fastapi.testclient import TestClient
 
-from backend.main import create_app
-from backend.settings import Settings
+from paritywatch.backend.main import create_app
+from paritywatch.backend.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,13 +48,23 @@ def wait_healthy(url: str, timeout_s: float = 30.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"backend at {url} did not become healthy")
 
 
-class ThreadServer:
-    """uvicorn serving create_app(settings) in a daemon thread."""
+def local_client(app, **kwargs) -> TestClient:  # noqa: ANN001
+    """A TestClient that looks like a caller on this machine (loopback peer and Host), as open
+    mode requires; Starlette's default ("testclient" at "testserver") is not one."""
+    return TestClient(app, base_url="http://127.0.0.1:8321", client=("127.0.0.1", 50000), **kwargs)
 
-    def __init__(self, settings: Settings):
+
+class ThreadServer:
+    """uvicorn serving create_app(settings) in a daemon thread. Like `paritywatch serve` on
+    loopback, it runs open (until a token exists) unless the settings say open_mode=False."""
+
+    def __init__(self, settings: Settings, **create_kwargs):
         self.port = free_port()
-        settings = settings.model_copy(update={"port": self.port})
-        self.app = create_app(settings)
+        update = {"port": self.port}
+        if "open_mode" not in settings.model_fields_set:
+            update["open_mode"] = True
+        settings = settings.model_copy(update=update)
+        self.app = create_app(settings, **create_kwargs)
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
@@ -80,13 +91,17 @@ class ProcessServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "ProcessServer":
-        cmd = [sys.executable, "-m", "backend.cli", "serve", "--db", self.db_url, "--port", str(self.port),
+        cmd = [sys.executable, "-m", "paritywatch.backend.cli", "serve", "--db", self.db_url, "--port", str(self.port),
                "--log-level", "warning"]
         # stderr to a file: a PIPE nobody reads fills up and blocks the server mid-request.
         self.log_path = Path(tempfile.gettempdir()) / f"paritywatch-test-server-{self.port}.log"
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
-        wait_healthy(self.url, 60, proc=self.proc, log_path=self.log_path)
+        try:
+            wait_healthy(self.url, 60, proc=self.proc, log_path=self.log_path)
+        except BaseException:  # a server that never became healthy must not outlive the test
+            self.stop()
+            raise
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -129,13 +144,16 @@ class WebhookReceiver:
 
     def __post_init__(self):
         receiver = self
+        self._arrived = threading.Condition()
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 status = receiver.script.pop(0) if receiver.script else 200
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                receiver.received.append(Received(headers, body, time.monotonic(), status))
+                with receiver._arrived:
+                    receiver.received.append(Received(headers, body, time.monotonic(), status))
+                    receiver._arrived.notify_all()
                 self.send_response(status)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -159,8 +177,29 @@ class WebhookReceiver:
         """Requests the receiver answered with a 2xx."""
         return [r for r in self.received if 200 <= r.status < 300]
 
+    def wait_accepted(self, count: int = 1, timeout_s: float = 20.0) -> list[Received]:
+        """Block until `count` requests were answered with a 2xx (woken by each arrival)."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self.accepted()) >= count, timeout_s):
+                raise TimeoutError(f"{len(self.accepted())} of {count} webhook requests accepted in {timeout_s} s")
+            return self.accepted()
+
+
+def settled_deliveries(server_url: str, hook_id: int, expected: int, timeout_s: float = 30.0) -> list[dict]:
+    """The webhook's delivery log once it holds `expected` deliveries and none is still pending.
+
+    From then on a receiver's record is final: a delivery is marked delivered (or failed) only after
+    its last attempt was answered, so nothing more arrives for it; no sleep to wait for stragglers."""
+    def settled():  # noqa: ANN202
+        rows = httpx.get(f"{server_url}/api/v1/webhooks/{hook_id}/deliveries", params={"limit": expected},
+                         timeout=10).json()["deliveries"]
+        return rows if len(rows) == expected and all(d["status"] != "pending" for d in rows) else None
+
+    return wait_for(settled, timeout_s, interval_s=0.05)
+
 
 def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02):  # noqa: ANN001
+    """Poll `predicate` until it returns something truthy (returned); TimeoutError at the deadline."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
@@ -168,3 +207,15 @@ def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02):  # n
             return value
         time.sleep(interval_s)
     raise TimeoutError("condition not met in time")
+
+
+def first_within(predicate, window_s: float, interval_s: float = 0.05):  # noqa: ANN001
+    """For "X must not happen while ...": poll `predicate` (X happened) through `window_s` and
+    return its first truthy value at once (the test fails fast), or None if X never happened."""
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return None

@@ -8,7 +8,7 @@ import sys
 
 import httpx
 
-from backend.settings import Settings
+from paritywatch.backend.settings import Settings
 from tests.support.live import ROOT, ThreadServer, wait_for
 from trainer_hooks.monitor import ParityMonitor
 

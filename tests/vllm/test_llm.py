@@ -133,3 +133,59 @@ def test_stop_string_is_not_reported_as_an_eos_stop(llm, hf_tokenizer):
     assert outputs[0].outputs[0].finish_reason == "stop" and outputs[0].outputs[0].stop_reason == stop
     assert record.finish_reason == "stop_string"
     assert "align/eos_disagreement_frac" not in compute_alignment_metrics([record], hf_tokenizer)
+
+
+def test_served_sampling_includes_the_generation_config_defaults_vllm_filled_in(llm, hf_tokenizer, sqlite_url,
+                                                                                 tmp_path):
+    """A request without SamplingParams is served with the model's generation_config.json values
+    (NVIDIA-NeMo/RL#3497); the watched engine reports exactly those, with vLLM's raw log-prob mode,
+    and against a trainer scoring at temperature 1.0 the backend raises a sampling_params error."""
+    import httpx
+    from vllm import SamplingParams
+
+    from paritywatch.backend.settings import Settings
+    from tests.support.live import ThreadServer, wait_for
+    from trainer_hooks.integrations.vllm import watch_llm_sampling
+    from trainer_hooks.monitor import ParityMonitor
+
+    with ThreadServer(Settings(database_url=sqlite_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
+        monitors = {side: ParityMonitor(run="vllm-sampling", project="vllm", side=side, url=srv.url, worker_id=side,
+                                        spool_dir=tmp_path / side, flush_interval_s=0.05) for side in ("trainer", "rollout")}
+        unwatch = watch_llm_sampling(monitors["rollout"], llm)
+        try:
+            monitors["trainer"].report_sampling_params(temperature=1.0, logprobs_mode="processed")
+            register_llm(monitors["rollout"], llm).result(timeout=60)
+            outputs = llm.generate(["Hello world"], use_tqdm=False)  # no SamplingParams: the engine's defaults
+            assert outputs[0].outputs[0].token_ids
+            for monitor in monitors.values():
+                assert monitor.flush(timeout=60)
+
+            run = api.get("/api/v1/runs", params={"project": "vllm"}).json()["runs"][0]
+            components = api.get(f"/api/v1/runs/{run['id']}").json()["components"]
+            digest = next(c["fingerprint_digest"] for c in components if c["side"] == "rollout")
+            posted = api.get(f"/api/v1/fingerprints/{digest}").json()
+            value = posted["components"]["sampling_params"]["value"]
+            assert value == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": None, "repetition_penalty": 1.05,
+                             "presence_penalty": None, "frequency_penalty": None, "logprobs_mode": "raw"}, dump(value)
+            assert {k: value[k] for k in GENERATION_CONFIG} == GENERATION_CONFIG
+            assert posted["env"]["sampling"]["filled_from_generation_config"] == sorted(GENERATION_CONFIG)
+            assert "vocab" in posted["components"]  # merged into the processor fingerprint, not a separate one
+
+            alert = wait_for(lambda: api.get(f"/api/v1/runs/{run['id']}/alerts").json()["alerts"], timeout_s=30)[0]
+            assert alert["severity"] == "error" and alert["detail"]["components"] == ["sampling_params"], dump(alert)
+            assert "temperature differs (1.0 vs 0.7)" in alert["title"]
+            assert "generation_config_defaults" in {c["cause"] for c in alert["detail"]["diff"]["causes"]}
+
+            # the request sets its own values: those are reported instead, and nothing was filled in
+            llm.generate(["Hello world"], SamplingParams(temperature=1.0, top_p=1.0, top_k=-1, repetition_penalty=1.0,
+                                                         max_tokens=4), use_tqdm=False)
+            assert monitors["rollout"].flush(timeout=60)
+            components = api.get(f"/api/v1/runs/{run['id']}").json()["components"]
+            digest = next(c["fingerprint_digest"] for c in components if c["side"] == "rollout")
+            posted = api.get(f"/api/v1/fingerprints/{digest}").json()
+            assert posted["components"]["sampling_params"]["value"]["temperature"] == 1.0
+            assert posted["env"]["sampling"]["filled_from_generation_config"] == []
+        finally:
+            unwatch()
+            for monitor in monitors.values():
+                monitor.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from backend.settings import Settings
+from paritywatch.backend.settings import Settings
 from tests.support.live import ThreadServer, wait_for
 from tests.vllm.conftest import dump, write_template
 from trainer_hooks.fingerprint import fingerprint_processor

@@ -7,7 +7,8 @@ objects you pass in (and lazily for mistral-common chat rendering), so the backe
 Usage::
 
     fp = fingerprint_processor(tokenizer, model_dir="path/to/model")   # cached per object
-    result = diff_fingerprints(trainer_fp, worker_fp)                   # {"verdict": ..., ...}
+    fp = fingerprint_processor(tokenizer, chat_template_kwargs={"enable_thinking": False})
+    result = diff_fingerprints(trainer_fp, worker_fp)                   # {"verdict", "components", "causes"?}
     assert_processor_consistent(trainer_tokenizer, worker_tokenizer)    # raises on error
 """
 from __future__ import annotations

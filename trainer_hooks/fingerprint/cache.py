@@ -1,7 +1,8 @@
 """Fingerprint each processor object once per process.
 
-Keyed by object identity; a cheap stamp (chat template, special tokens, sizes, sides, generation
-config) notices mutation after loading, e.g. TRL-style ``tok.chat_template = custom``.
+Keyed by object identity (plus generation config, model_dir and chat_template kwargs); a cheap
+stamp (chat template, special tokens, sizes, sides, generation config) notices mutation after
+loading, e.g. TRL-style ``tok.chat_template = custom``.
 Not noticed: in-place edits of the Rust pipeline (``backend_tokenizer.normalizer = ...``); pass
 ``refresh=True`` or call ``clear()`` after such surgery.
 """
@@ -49,8 +50,9 @@ def _attr(obj: Any, name: str, call: bool = False) -> Any:
 
 
 def cached(proc: Any, generation_config: Any, model_dir: Any, compute: Callable[[], dict],
-           refresh: bool = False) -> dict:
-    key = (id(proc), id(generation_config), None if model_dir is None else str(model_dir))
+           refresh: bool = False, variant: str = "") -> dict:
+    """``variant``: anything else the result depends on (the chat_template kwargs, as canonical JSON)."""
+    key = (id(proc), id(generation_config), None if model_dir is None else str(model_dir), variant)
     current = stamp(proc, generation_config)
     with _lock:
         entry = _entries.get(key)

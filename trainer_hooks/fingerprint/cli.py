@@ -53,11 +53,25 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
                         help="allow custom tokenizer code shipped in the directory (off by default)")
     parser.add_argument("--tokenizer-only", action="store_true",
                         help="load only the tokenizer even where a multimodal processor exists")
+    parser.add_argument("--chat-template-kwargs", type=_json_object, default=None, metavar="JSON",
+                        help='the template variables the run renders prompts with, e.g. \'{"enable_thinking": false}\': '
+                             "every chat probe is rendered with them")
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
 
 
 # --------------------------------------------------------------------------- loading
 
-def load_fingerprint(path: str, trust_remote_code: bool = False, tokenizer_only: bool = False) -> dict:
+def load_fingerprint(path: str, trust_remote_code: bool = False, tokenizer_only: bool = False,
+                     chat_template_kwargs: Any = None) -> dict:
     """Fingerprint what PATH names, offline; generation_config.json next to it is read too."""
     p = Path(path)
     if p.is_file() and p.suffix == ".json" and not p.name.startswith("tekken"):
@@ -65,7 +79,8 @@ def load_fingerprint(path: str, trust_remote_code: bool = False, tokenizer_only:
         if isinstance(data, dict) and "fingerprint_version" in data:
             return data
     proc = load_processor(p, trust_remote_code, tokenizer_only)
-    return fingerprint_processor(proc, model_dir=p if p.is_dir() else p.parent)
+    return fingerprint_processor(proc, model_dir=p if p.is_dir() else p.parent,
+                                 chat_template_kwargs=chat_template_kwargs)
 
 
 def load_processor(p: Path, trust_remote_code: bool = False, tokenizer_only: bool = False) -> Any:
@@ -98,7 +113,7 @@ def _tekken_file(p: Path) -> Any:
 
 def run_fingerprint(args: argparse.Namespace) -> int:
     try:
-        fp = load_fingerprint(args.path, args.trust_remote_code, args.tokenizer_only)
+        fp = load_fingerprint(args.path, args.trust_remote_code, args.tokenizer_only, args.chat_template_kwargs)
     except Exception as exc:
         print(f"paritywatch: cannot load {args.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_LOAD_FAILED
@@ -110,7 +125,8 @@ def run_diff(args: argparse.Namespace) -> int:
     fps = []
     for path in (args.a, args.b):
         try:
-            fps.append(load_fingerprint(path, args.trust_remote_code, args.tokenizer_only))
+            fps.append(load_fingerprint(path, args.trust_remote_code, args.tokenizer_only,
+                                        args.chat_template_kwargs))
         except Exception as exc:
             print(f"paritywatch: cannot load {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_LOAD_FAILED
@@ -146,6 +162,8 @@ def format_diff(result: dict, a: str, b: str) -> str:
         lines.append("the two processors tokenize alike")
     for row in result["components"]:
         lines.append(f"  [{row['severity']:<7}] {row['name']:<18} {row['summary']}")
+    for cause in result.get("causes") or []:
+        lines.append(f"  likely cause: {cause['summary']}")
     for row in result["components"]:
         detail = _format_detail(row)
         if detail:
@@ -156,14 +174,71 @@ def format_diff(result: dict, a: str, b: str) -> str:
 def _format_detail(row: dict) -> str:
     detail = row.get("detail") or {}
     if "unified_diff" in detail:
-        return detail["unified_diff"].rstrip("\n") or "(one side has no template)"
+        return detail["unified_diff"].rstrip("\n") or _no_template_text(detail)
+    if row["name"] == "behavior" and "sample" in detail:
+        return _format_behavior(detail)
     rows = detail.get("rows") or detail.get("sample")
     if rows:
         more = max(0, detail.get("differing", len(rows)) - 20)
         return "\n".join([_row_text(r) for r in rows[:20]] + ([f"  ... and {more} more"] if more else []))
     if "a" in detail or "b" in detail:
-        return f"a: {json.dumps(detail.get('a'), ensure_ascii=False)}\nb: {json.dumps(detail.get('b'), ensure_ascii=False)}"
+        return f"a: {_json(detail.get('a'))}\nb: {_json(detail.get('b'))}"
     return ""
+
+
+def _no_template_text(detail: dict) -> str:
+    missing = [side for side in ("a", "b") if detail.get(f"{side}_present") is False]
+    return f"({' and '.join(missing) or 'neither side'} has no template; the other's is empty)"
+
+
+def _format_behavior(detail: dict) -> str:
+    lines = []
+    for r in detail["sample"]:
+        lines.append(f"  {r['part']} {r['probe']}")
+        for side in ("a", "b"):
+            if (r.get("error") or {}).get(side):
+                lines.append(f"    {side} raised {r['error'][side]}")
+        text = r.get("text") or {}
+        if text.get("a") is not None and text.get("a") == text.get("b"):
+            lines.append(f"    text (same on both sides): {excerpt(text['a'], None)}")
+        elif text.get("a") is not None or text.get("b") is not None:
+            at = r.get("first_diff_char")
+            lines += [f"    {side}: {excerpt(text.get(side), at)}" for side in ("a", "b")]
+        tokens = r.get("tokens")
+        if tokens:
+            after = f", after {_json(tokens['before'])}" if tokens.get("before") else ""
+            lines.append(f"    at token {tokens['at']}{after}: {token_change(tokens)}")
+        if not (tokens or text or r.get("error")):
+            lines += [f"    {side}: {_json(r.get(side))[:100]}" for side in ("a", "b")]
+    shown = {(r["part"], r["probe"]) for r in detail["sample"]}
+    rest = [f"{part} {label}" for part, labels in (detail.get("differing_probes") or {}).items()
+            for label in labels if (part, label) not in shown]
+    if rest:
+        lines.append(f"  ... and {len(rest)} more: " + ", ".join(rest[:12]) + (", …" if len(rest) > 12 else ""))
+    if any(r.get("first_diff_char") is not None for r in detail["sample"]):
+        lines.append("  (⟦ marks the first difference)")
+    return "\n".join(lines)
+
+
+def token_change(tokens: dict) -> str:
+    """``"\\n\\n" → ["\\n", "\\n"] vs ["\\n\\n"]``: the text both runs spell, then each side's tokens."""
+    change = f"{_json(tokens['a'])} vs {_json(tokens['b'])}"
+    return f"{_json(tokens['span'])} → {change}" if tokens.get("span") is not None else change
+
+
+def excerpt(text: Any, at: Any, before: int = 50, after: int = 40) -> str:
+    """The text around its first difference, JSON-escaped so newlines and spaces show."""
+    if text is None:
+        return "(none)"
+    if at is None:
+        return _json(text[:before + after]) + ("…" if len(text) > before + after else "")
+    start = max(0, at - before)
+    body = _json(text[start:at]) [:-1] + "⟦" + _json(text[at:at + after])[1:]
+    return ("…" if start else "") + body + ("…" if at + after < len(text) else "")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _row_text(r: dict) -> str:

@@ -12,12 +12,12 @@ import os
 import sys
 from typing import Any
 
-from .probes import PROBE_CONVERSATIONS, PROBE_TEXTS
+from .probes import GENERATION_PROMPT, PROBE_CONVERSATIONS, PROBE_TEXTS, chat_probe_key
 
 SPECIAL_NAMES = ("bos", "eos", "unk", "pad", "sep", "cls", "mask")
 STRUCTURE_KEYS = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-# Never fingerprinted: paths, class naming and versions (DESIGN.md, "Never in the fingerprint").
+# Never fingerprinted: paths, class naming and versions (docs/fingerprint.md, "Shape").
 NOISE_KEYS = frozenset({
     "name_or_path", "_name_or_path", "processor_class", "_processor_class", "auto_map",
     "tokenizer_class", "image_processor_type", "feature_extractor_type", "video_processor_type",
@@ -206,29 +206,53 @@ def _runtime(tok: Any) -> dict:
             "truncation_side": getattr(tok, "truncation_side", None), "model_max_length": max_len}
 
 
-def tokenizer_behavior(tok: Any, template: Any) -> dict:
+def tokenizer_behavior(tok: Any, template: Any, chat_template_kwargs: Any = None) -> dict:
     encode = [list(tok.encode(t)) for t in PROBE_TEXTS]
     plain = [list(tok.encode(t, add_special_tokens=False)) for t in PROBE_TEXTS]
     decode = [_safe_call(lambda ids=ids: tok.decode(ids)) for ids in plain]
-    return {"encode": encode, "encode_no_special": plain, "decode": decode, "chat": _chat_probes(tok, template)}
+    chat = _chat_probes(tok, template, render_kwargs(chat_template_kwargs))
+    return {"encode": encode, "encode_no_special": plain, "decode": decode, "chat": chat}
 
 
-def _chat_probes(tok: Any, template: Any) -> Any:
+# Arguments the probes themselves set: a run's chat_template_kwargs cannot override them.
+_PROBE_ARGS = frozenset({"conversation", "messages", "tools", "add_generation_prompt", "tokenize", "chat_template",
+                         "return_dict", "continue_final_message"})
+
+
+def render_kwargs(chat_template_kwargs: Any) -> dict:
+    """The run's chat_template kwargs (e.g. enable_thinking) as passed to every probe render."""
+    if not chat_template_kwargs:
+        return {}
+    return {str(k): v for k, v in dict(chat_template_kwargs).items() if str(k) not in _PROBE_ARGS}
+
+
+def _chat_probes(tok: Any, template: Any, kwargs: dict) -> Any:
     if template is None:
         return None
     out = {}
-    for name, conversation in PROBE_CONVERSATIONS:
-        for gen in (False, True):
-            out[f"{name}/gen={int(gen)}"] = _render(tok, list(conversation), gen, template)
+    for conv in PROBE_CONVERSATIONS:
+        for gen in GENERATION_PROMPT:
+            out[chat_probe_key(conv.name, gen)] = _render(tok, conv, gen, template, kwargs)
     return out
 
 
-def _render(tok: Any, conversation: list, gen: bool, template: Any) -> Any:
-    kwargs = {"tokenize": False, "add_generation_prompt": gen}
+def select_template(template: Any, tools: Any) -> str:
+    """The template text apply_chat_template would use (named templates: tool_use with tools, else default)."""
     if not isinstance(template, dict):
-        kwargs["chat_template"] = template
+        return template
+    if tools is not None and "tool_use" in template:
+        return template["tool_use"]
+    if "default" in template:
+        return template["default"]
+    raise ValueError(f"multiple chat templates and none named 'default': {sorted(template)}")
+
+
+def _render(tok: Any, conv: Any, gen: bool, template: Any, kwargs: dict) -> Any:
     try:
-        text = tok.apply_chat_template(conversation, **kwargs)
+        tools = [dict(t) for t in conv.tools] if conv.tools else None
+        text = tok.apply_chat_template([dict(m) for m in conv.messages], tools=tools, tokenize=False,
+                                       add_generation_prompt=gen, chat_template=select_template(template, tools),
+                                       **kwargs)
     except Exception as exc:  # a template refusing a conversation is itself behavior
         return {"error": type(exc).__name__, "message": str(exc)[:200]}
     return {"text": text, "ids": list(tok.encode(text, add_special_tokens=False))}
@@ -309,13 +333,14 @@ def _mistral_chat(mt: Any) -> dict:
     from mistral_common.protocol.instruct.request import ChatCompletionRequest  # lazy: optional dependency
 
     out = {}
-    for name, conversation in PROBE_CONVERSATIONS:
+    for conv in PROBE_CONVERSATIONS:
         try:
-            req = ChatCompletionRequest(messages=[dict(m) for m in conversation])
+            tools = [dict(t) for t in conv.tools] if conv.tools else None
+            req = ChatCompletionRequest(messages=[dict(m) for m in conv.messages], tools=tools)
             tokenized = mt.encode_chat_completion(req)
-            out[name] = {"ids": list(tokenized.tokens)}
-        except Exception as exc:
-            out[name] = {"error": type(exc).__name__, "message": str(exc)[:200]}
+            out[conv.name] = {"ids": list(tokenized.tokens)}
+        except Exception as exc:  # mistral-common refusing a conversation is itself behavior
+            out[conv.name] = {"error": type(exc).__name__, "message": str(exc)[:200]}
     return out
 
 
@@ -323,7 +348,7 @@ def _mistral_chat(mt: Any) -> dict:
 
 def generation_components(generation_config: Any, model_dir: Any) -> dict[str, Any]:
     """generation_eos / sampling_defaults from an object, a dict, or model_dir/generation_config.json."""
-    raw = _generation_dict(generation_config, model_dir)
+    raw = generation_config_dict(generation_config, model_dir)
     if raw is None:
         return {}  # not reported: the diff treats it as "not comparable", never as a difference
     eos = raw.get("eos_token_id")
@@ -334,7 +359,9 @@ def generation_components(generation_config: Any, model_dir: Any) -> dict[str, A
     }
 
 
-def _generation_dict(generation_config: Any, model_dir: Any) -> Any:
+def generation_config_dict(generation_config: Any, model_dir: Any) -> Any:
+    """The generation config as a dict of what it sets (a GenerationConfig's ``to_diff_dict()``, as
+    vLLM reads it), a dict as given, or ``model_dir/generation_config.json``; None when there is none."""
     if isinstance(generation_config, dict):
         return generation_config
     if generation_config is not None:

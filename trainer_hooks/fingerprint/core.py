@@ -10,36 +10,44 @@ FINGERPRINT_VERSION = 1
 
 
 def fingerprint_processor(proc: Any, generation_config: Any = None, *, model_dir: Any = None,
-                          refresh: bool = False) -> dict:
+                          refresh: bool = False, chat_template_kwargs: Any = None) -> dict:
     """Fingerprint ``proc`` as loaded in this process (cached per object; see cache.py).
 
     ``proc``: a transformers tokenizer (fast or slow, v5 or v4), a ProcessorMixin, a vLLM ``LLM``
     or its tokenizer wrappers, or a mistral-common ``MistralTokenizer``.
     ``generation_config``: a GenerationConfig, a dict, or None to read
     ``model_dir/generation_config.json`` when ``model_dir`` is given.
+    ``chat_template_kwargs``: the extra template variables this process renders prompts with
+    (e.g. ``{"enable_thinking": False}``); every chat probe is rendered with them. Recorded in
+    ``env`` (never compared: the renders are).
     """
+    kwargs = components.render_kwargs(chat_template_kwargs)
     return cache.cached(proc, generation_config, model_dir,
-                        lambda: _compute(proc, generation_config, model_dir), refresh=refresh)
+                        lambda: _compute(proc, generation_config, model_dir, kwargs), refresh=refresh,
+                        variant=canonical_json(kwargs))
 
 
-def _compute(proc: Any, generation_config: Any, model_dir: Any) -> dict:
+def _compute(proc: Any, generation_config: Any, model_dir: Any, kwargs: dict) -> dict:
     kind, obj = components.unwrap(proc)
-    values = _component_values(kind, obj)
+    values = _component_values(kind, obj, kwargs)
     values.update(components.generation_components(generation_config, model_dir))
-    return assemble(kind, values, components.environment(obj, kind))
+    env = components.environment(obj, kind)
+    if kwargs:
+        env["chat_template_kwargs"] = kwargs
+    return assemble(kind, values, env)
 
 
-def _component_values(kind: str, obj: Any) -> dict:
-    if kind == "mistral":
+def _component_values(kind: str, obj: Any, kwargs: dict) -> dict:
+    if kind == "mistral":  # mistral-common has no template variables: kwargs do not apply
         values = components.mistral_components(obj)
         values["behavior"] = components.mistral_behavior(obj)
         return values
     if kind == "processor":
         values, ctx = components.processor_components(obj)
-        values["behavior"] = components.tokenizer_behavior(ctx["tokenizer"], ctx["template"])
+        values["behavior"] = components.tokenizer_behavior(ctx["tokenizer"], ctx["template"], kwargs)
         return values
     values = components.tokenizer_components(obj)
-    values["behavior"] = components.tokenizer_behavior(obj, values["chat_template"])
+    values["behavior"] = components.tokenizer_behavior(obj, values["chat_template"], kwargs)
     return values
 
 
@@ -52,3 +60,12 @@ def assemble(kind: str, values: dict, env: dict) -> dict:
     overall = digest({name: c["digest"] for name, c in comps.items()})
     return {"fingerprint_version": FINGERPRINT_VERSION, "digest": overall, "kind": kind,
             "components": comps, "env": env}
+
+
+def with_component(fingerprint: dict, name: str, value: Any, env: dict | None = None) -> dict:
+    """A copy of ``fingerprint`` with component ``name`` set to ``value`` (plain JSON) and ``env``
+    merged in; the other components keep their digests (a 150k vocab is not hashed again)."""
+    comps = {n: dict(c) for n, c in fingerprint["components"].items()}
+    comps[name] = {"digest": sha256_hex(canonical_json(value)), "value": value}
+    overall = digest({n: c["digest"] for n, c in comps.items()})
+    return {**fingerprint, "digest": overall, "components": comps, "env": {**(fingerprint.get("env") or {}), **(env or {})}}

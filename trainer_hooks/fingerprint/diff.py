@@ -1,28 +1,37 @@
 """Diff two fingerprints: a verdict, the differing components, a human-readable detail for each.
 
 Pure and stdlib-only; works on fingerprints that went through JSON; never raises.
-Severity rules (docs/fingerprint.md):
+Severity rules (docs/fingerprint.md, "Diff and verdict rules"):
 - ALWAYS_ERROR components differ -> error (tables and settings the probes cannot cover fully).
-- STRUCTURE components differ -> error if any behavior digest differs, else warning.
-- behavior differs -> error. sampling_defaults -> warning. runtime -> info. env is never compared.
-- A component reported by one side only -> info ("not comparable"), except chat_template,
-  where absence of a template is itself a value (null) and differs -> error.
+- chat_template differs -> warning when both templates render every probe conversation both sides
+  report identically (text, or the error raised), else error.
+- sampling_params: temperature or log-prob mode differ -> error; masks and penalties -> warning
+  (sampling.py; "disabled" encodings are normalised before hashing, so they never differ).
+- STRUCTURE components differ -> error if any behavior probe differs, else warning.
+- behavior: a probe that differs -> error; probe sets that differ (other paritywatch versions)
+  while every shared probe matches -> info. sampling_defaults -> warning. runtime -> info.
+- A component reported by one side only -> info ("not comparable").
+- env is never compared; it feeds the likely ``causes`` of a difference.
 """
 from __future__ import annotations
 
-import difflib
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from ..contract import (FINGERPRINT_ALWAYS_ERROR, FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE,
+                        SAMPLING_PARAMS_COMPONENT)
+from . import behavior_diff, sampling
 from .canonical import canonical_json
+from .causes import likely_causes
+from .probes import PROBE_CONVERSATIONS
+from .textdiff import template_diff
+from .tokens import token_namer
 
 SUPPORTED_VERSIONS = (1,)
-ALWAYS_ERROR = ("vocab", "merges", "added_tokens", "special_tokens", "encode_flags", "chat_template",
-                "generation_eos", "image_processor", "processor")
-STRUCTURE = ("model_params", "normalizer", "pre_tokenizer", "post_processor", "decoder")
-ORDER = ("behavior",) + ALWAYS_ERROR + STRUCTURE + ("sampling_defaults", "runtime")
 RANK = {"same": 0, "info": 1, "warning": 2, "error": 3}
 SAMPLE = 10
+PER_PART = 3
 MAX_ROWS = 50
 MAX_INLINE = 4000
 
@@ -35,6 +44,22 @@ def diff_fingerprints(a: dict, b: dict) -> dict:
         return _result([_row("fingerprint_version", "error", f"cannot compare: {type(exc).__name__}: {exc}", {})])
 
 
+@dataclass
+class _Sides:
+    """Both fingerprints' components and what the behavior probes say, computed once per diff."""
+    ca: dict
+    cb: dict
+    behavior: behavior_diff.Comparison
+    renders: behavior_diff.Comparison
+
+    @property
+    def behavior_same(self) -> bool:
+        return self.behavior.same
+
+    def values(self, name: str) -> tuple:
+        return self.ca[name].get("value"), self.cb[name].get("value")
+
+
 def _diff(a: Any, b: Any) -> dict:
     problem = _version_problem(a, "a") or _version_problem(b, "b")
     if problem:
@@ -42,10 +67,16 @@ def _diff(a: Any, b: Any) -> dict:
     if a.get("digest") == b.get("digest") and a["components"].keys() == b["components"].keys():
         return _result([])
     ca, cb = a["components"], b["components"]
-    behavior_same = "behavior" in ca and "behavior" in cb and _dg(ca, "behavior") == _dg(cb, "behavior")
-    names = sorted(set(ca) | set(cb), key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-    rows = [r for r in (_compare(n, ca, cb, behavior_same) for n in names) if r is not None]
-    return _result(rows)
+    ba, bb = ca.get("behavior", {}).get("value"), cb.get("behavior", {}).get("value")
+    if "behavior" in ca and "behavior" in cb:
+        sides = _Sides(ca, cb, behavior_diff.compare(ba, bb), behavior_diff.compare_renders(ba, bb))
+    else:
+        sides = _Sides(ca, cb, behavior_diff.Comparison(), behavior_diff.Comparison())
+    order = FINGERPRINT_COMPONENT_ORDER
+    names = sorted(set(ca) | set(cb), key=lambda n: (order.index(n) if n in order else len(order), n))
+    rows = [r for r in (_compare(n, sides) for n in names) if r is not None]
+    flagged = {r["name"] for r in rows if RANK[r["severity"]] >= RANK["warning"]}
+    return _result(rows, likely_causes(a, b, flagged) if flagged else [])
 
 
 def _version_problem(fp: Any, side: str) -> str:
@@ -61,66 +92,135 @@ def _version_problem(fp: Any, side: str) -> str:
     return ""
 
 
-def _dg(comps: dict, name: str) -> str:
-    return comps[name]["digest"]
-
-
-def _compare(name: str, ca: dict, cb: dict, behavior_same: bool) -> Any:
+def _compare(name: str, sides: _Sides) -> Any:
+    ca, cb = sides.ca, sides.cb
     if name not in ca or name not in cb:
         side = "a" if name in ca else "b"
-        return _row(name, "info", f"only {side} reports {name}: not comparable", {})
-    if _dg(ca, name) == _dg(cb, name):
+        later = " yet (a rollout reports them with the requests it serves)" if name == SAMPLING_PARAMS_COMPONENT else ""
+        return _row(name, "info", f"only {side} reports {name}{later}: not comparable", {})
+    if ca[name]["digest"] == cb[name]["digest"]:
         return None
-    va, vb = ca[name].get("value"), cb[name].get("value")
-    severity = _severity(name, behavior_same)
     try:
-        summary, detail = DETAILS.get(name, _generic)(name, va, vb)
+        severity, summary, detail = DETAILS.get(name, _generic)(name, sides)
     except Exception as exc:  # a detail must never hide the verdict
+        severity = _fallback_severity(name, sides)
         summary, detail = f"{name} differs", {"detail_error": f"{type(exc).__name__}: {exc}"}
-    if severity == "warning" and name in STRUCTURE:
-        summary += " (structure only: every behavior probe matches)"
     return _row(name, severity, summary, detail)
 
 
-def _severity(name: str, behavior_same: bool) -> str:
-    if name == "behavior" or name in ALWAYS_ERROR:
+def _fallback_severity(name: str, sides: _Sides) -> str:
+    if name in ("behavior", "chat_template") or name in FINGERPRINT_ALWAYS_ERROR:
         return "error"
-    if name in STRUCTURE:
-        return "warning" if behavior_same else "error"
-    if name == "sampling_defaults":
-        return "warning"
+    if name in FINGERPRINT_STRUCTURE:
+        return "warning" if sides.behavior_same else "error"
     if name == "runtime":
         return "info"
-    return "warning"  # a component this version does not know
+    return "warning"  # sampling_defaults, and any component this version does not know
 
 
 def _row(name: str, severity: str, summary: str, detail: dict) -> dict:
     return {"name": name, "severity": severity, "summary": summary, "detail": detail}
 
 
-def _result(rows: list) -> dict:
+def _result(rows: list, causes: Any = None) -> dict:
     verdict = max((r["severity"] for r in rows), key=RANK.__getitem__, default="same")
-    return {"verdict": verdict, "components": rows}
+    result = {"verdict": verdict, "components": rows}
+    if causes:
+        result["causes"] = causes
+    return result
 
 
 # --------------------------------------------------------------------------- details
+# Each detail function: (name, sides) -> (severity, summary, detail).
 
-def _chat_template(name: str, va: Any, vb: Any) -> tuple[str, dict]:
+def _chat_template(name: str, sides: _Sides) -> tuple:
+    va, vb = sides.values(name)
+    detail = {"unified_diff": template_diff(va, vb), "a_present": va is not None, "b_present": vb is not None}
     if va is None or vb is None:
-        side = "a" if va is None else "b"
-        return f"{side} has no chat template", {"a_present": va is not None, "b_present": vb is not None,
-                                                "unified_diff": _unified(va, vb)}
-    return "chat templates differ", {"unified_diff": _unified(va, vb)}
+        missing, other = ("a", vb) if va is None else ("b", va)
+        empty = " (the other side's is empty)" if other == "" else ""
+        return "error", f"{missing} has no chat template{empty}", detail
+    renders = sides.renders
+    both_ok = [k for k in renders.common if k not in renders.differing and _rendered_both(sides, k)]
+    unexercised = _unexercised_templates(va, vb, renders.common)
+    detail["renders"] = {"compared": renders.compared, "same": renders.compared - len(renders.differing),
+                         "rendered": len(both_ok), "differing": [key for _, key in renders.differing],
+                         "unexercised": unexercised}
+    if renders.differing:
+        keys = [key for _, key in renders.differing]
+        shown = ", ".join(keys[:4]) + (", …" if len(keys) > 4 else "")
+        return ("error", f"chat templates differ: {len(keys)} of {renders.compared} probe conversations render "
+                         f"differently ({shown})", detail)
+    if unexercised:
+        return "error", f"chat templates differ in {', '.join(map(repr, unexercised))}, which no probe renders", detail
+    if not both_ok:
+        return "error", "chat templates differ and neither renders any probe conversation: no behaviour to compare", detail
+    raised = renders.compared - len(both_ok)
+    also = f" ({raised} of them raise the same error on both sides)" if raised else ""
+    return ("warning", f"chat templates differ in text only: they render all {renders.compared} probe "
+                       f"conversations identically{also}", detail)
 
 
-def _unified(va: Any, vb: Any) -> str:
-    def lines(v: Any) -> list:
-        if v is None:
-            return []
-        if isinstance(v, dict):
-            return [ln for k in sorted(v) for ln in ([f"### template {k!r}\n"] + str(v[k]).splitlines(True))]
-        return str(v).splitlines(True)
-    return "".join(difflib.unified_diff(lines(va), lines(vb), "a/chat_template", "b/chat_template"))
+def _rendered_both(sides: _Sides, key: tuple) -> bool:
+    ba, bb = sides.ca["behavior"].get("value"), sides.cb["behavior"].get("value")
+    return behavior_diff.rendered_ok(ba, key) and behavior_diff.rendered_ok(bb, key)
+
+
+def _unexercised_templates(va: Any, vb: Any, rendered: list) -> list:
+    """Named templates whose text differs but that no compared probe renders (only default and,
+    with tools, tool_use are ever picked by apply_chat_template without a name)."""
+    if not isinstance(va, dict) and not isinstance(vb, dict):
+        return []
+    na, nb = _named(va), _named(vb)
+    differing = {n for n in set(na) | set(nb) if na.get(n) != nb.get(n)}
+    exercised = {"default"}
+    if any(TOOL_PROBES.get(str(key).split("/")[0]) for _, key in rendered):
+        exercised.add("tool_use")
+    return sorted(differing - exercised)
+
+
+def _named(value: Any) -> dict:
+    return value if isinstance(value, dict) else {"default": value}
+
+
+def _behavior(name: str, sides: _Sides) -> tuple:
+    cmp = sides.behavior
+    va, vb = sides.values(name)
+    if not cmp.compared:
+        return "error", "behavior probes cannot be compared: the two sides share no probe", {}
+    if not cmp.differing:
+        labels = lambda keys: [behavior_diff.probe_label(p, k) for p, k in keys]  # noqa: E731
+        return ("info", f"probe sets differ (another paritywatch version?): all {cmp.compared} shared probes "
+                        f"match, {len(cmp.only_a)} only on a, {len(cmp.only_b)} only on b",
+                {"compared": cmp.compared, "only_a": labels(cmp.only_a), "only_b": labels(cmp.only_b)})
+    by_part: dict = {}
+    for part, key in cmp.differing:
+        by_part.setdefault(part, []).append(key)
+    parts = sorted(by_part, key=lambda p: (PART_ORDER.index(p) if p in PART_ORDER else len(PART_ORDER), p))
+    name_a, name_b = token_namer(sides.ca), token_namer(sides.cb)
+    sample = [behavior_diff.probe_row(part, key, va, vb, name_a, name_b)
+              for part in parts for key in by_part[part][:PER_PART]]
+    counts = ", ".join(f"{part} ({len(by_part[part])})" for part in parts)
+    detail = {"parts": parts, "differing": len(cmp.differing), "compared": cmp.compared, "sample": sample[:SAMPLE],
+              "differing_probes": {p: [behavior_diff.probe_label(p, k) for k in by_part[p]] for p in parts}}
+    return "error", f"{len(cmp.differing)} of {cmp.compared} behavior probes differ: {counts}", detail
+
+
+def _structure(name: str, sides: _Sides) -> tuple:
+    summary, detail = _generic_detail(name, *sides.values(name))
+    if sides.behavior_same:
+        return "warning", summary + " (structure only: every behavior probe matches)", detail
+    return "error", summary, detail
+
+
+def _generic(name: str, sides: _Sides) -> tuple:
+    summary, detail = _generic_detail(name, *sides.values(name))
+    return _fallback_severity(name, sides), summary, detail
+
+
+def _plain(fn: Any) -> Any:
+    """Adapt a (name, va, vb) -> (summary, detail) builder of an always-error table."""
+    return lambda name, sides: ("error", *fn(name, *sides.values(name)))
 
 
 def _vocab(name: str, va: Any, vb: Any) -> tuple[str, dict]:
@@ -166,25 +266,7 @@ def _generation_eos(name: str, va: Any, vb: Any) -> tuple[str, dict]:
     return f"generation_config eos ids differ: {va.get('eos')} vs {vb.get('eos')}", detail
 
 
-def _behavior(name: str, va: Any, vb: Any) -> tuple[str, dict]:
-    va, vb = va or {}, vb or {}
-    parts = [p for p in sorted(set(va) | set(vb)) if canonical_json(va.get(p)) != canonical_json(vb.get(p))]
-    sample = []
-    for part in parts:
-        sample.extend(_first_differences(part, va.get(part), vb.get(part)))
-    return f"behavior probes differ: {', '.join(parts)}", {"parts": parts, "sample": sample[:SAMPLE]}
-
-
-def _first_differences(part: str, xa: Any, xb: Any) -> list:
-    if isinstance(xa, list) and isinstance(xb, list):
-        return [{"part": part, "probe": i, "a": p, "b": q} for i, (p, q) in enumerate(zip(xa, xb)) if p != q][:3]
-    if isinstance(xa, dict) and isinstance(xb, dict):
-        keys = [k for k in sorted(set(xa) | set(xb)) if xa.get(k) != xb.get(k)]
-        return [{"part": part, "probe": k, "a": xa.get(k), "b": xb.get(k)} for k in keys[:3]]
-    return [{"part": part, "probe": None, "a": _clip(xa), "b": _clip(xb)}]
-
-
-def _generic(name: str, va: Any, vb: Any) -> tuple[str, dict]:
+def _generic_detail(name: str, va: Any, vb: Any) -> tuple[str, dict]:
     if isinstance(va, dict) and isinstance(vb, dict):
         keys = [k for k in sorted(set(va) | set(vb)) if canonical_json(va.get(k)) != canonical_json(vb.get(k))]
         rows = [{"key": k, "a": _clip(va.get(k)), "b": _clip(vb.get(k))} for k in keys]
@@ -197,6 +279,9 @@ def _clip(value: Any) -> Any:
     return value if len(text) <= MAX_INLINE else text[:MAX_INLINE] + "…"
 
 
-DETAILS = {"chat_template": _chat_template, "vocab": _vocab, "merges": _merges,
-           "added_tokens": _added_tokens, "special_tokens": _special_tokens,
-           "generation_eos": _generation_eos, "behavior": _behavior}
+TOOL_PROBES = {conv.name: bool(conv.tools) for conv in PROBE_CONVERSATIONS}
+PART_ORDER = ("chat", "encode", "encode_no_special", "decode")
+DETAILS = {"chat_template": _chat_template, "behavior": _behavior, "vocab": _plain(_vocab), "merges": _plain(_merges),
+           "added_tokens": _plain(_added_tokens), "special_tokens": _plain(_special_tokens),
+           "generation_eos": _plain(_generation_eos), **{name: _structure for name in FINGERPRINT_STRUCTURE},
+           SAMPLING_PARAMS_COMPONENT: lambda name, sides: sampling.compare(*sides.values(name))}

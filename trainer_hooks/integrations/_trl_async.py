@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import warnings
 from typing import Any
 
@@ -44,6 +45,26 @@ class ParityRolloutLoop(_AsyncRolloutLoop):
             )
         except Exception:  # never take the rollout worker down
             logger.exception("Paritywatch: could not register the rollout worker's processor")
+        report = getattr(self.parity_monitor, "report_sampling_params", None)
+        if callable(report):
+            served = self.served_sampling()  # the log-prob mode is the vLLM server's: not known here
+            report(served["params"], source="trl_async_rollout",
+                   filled_from_generation_config=served["filled_from_generation_config"])
+
+    def served_sampling(self) -> dict[str, Any]:
+        """What the vLLM server samples the loop's requests with: the values every request sets
+        (`_generate_one_turn` leaves `min_p` out when None, and a None elsewhere is a JSON null),
+        each unset one filled from the model's generation_config.json as the server does by default
+        (`openai_server.request_sampling_params`). The file is read from `model_name` when it is a
+        folder, else from the Hugging Face cache; not found, unset values are vLLM's own defaults."""
+        from .openai_server import request_sampling_params
+
+        return request_sampling_params(self.request_sampling(), model_dir=_local_model_dir(self.model_name))
+
+    def request_sampling(self) -> dict[str, Any]:
+        """The sampling values the loop puts in its requests (None: not sent, or sent as null)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+                "repetition_penalty": self.repetition_penalty}
 
     def effective_processor(self) -> Any:
         """The tokenizer exactly as prompts are rendered with it, training template swap included."""
@@ -63,11 +84,7 @@ class ParityRolloutLoop(_AsyncRolloutLoop):
                 eos_token_id=list(self.eos_token_ids),
                 pad_token_id=self.tokenizer.pad_token_id,
                 do_sample=True,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                top_k=self.top_k,
-                min_p=self.min_p,
-                repetition_penalty=self.repetition_penalty,
+                **self.request_sampling(),
             )
 
     def _push_metrics(self, values: dict[str, Any]) -> None:
@@ -79,6 +96,7 @@ class ParityRolloutLoop(_AsyncRolloutLoop):
             metrics = {k: v for k, v in metrics.items() if v is not None}
             if metrics:
                 self.parity_monitor.log(metrics, step=self.model_version)
+            self.parity_monitor.set_policy_version(self.model_version)  # the version this worker serves
         super()._push_metrics(values)
 
     def run(self) -> None:
@@ -87,6 +105,19 @@ class ParityRolloutLoop(_AsyncRolloutLoop):
         finally:
             if self.parity_monitor is not None:
                 self.parity_monitor.close()
+
+
+def _local_model_dir(model_name: str) -> str | None:
+    """The folder holding `model_name`'s generation_config.json on this machine, if any (never downloads)."""
+    if os.path.isdir(model_name):
+        return model_name
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_name, "generation_config.json")
+    except Exception:  # not a repo id, no hub library: nothing to read
+        return None
+    return os.path.dirname(cached) if isinstance(cached, str) else None
 
 
 class ParityAsyncRolloutWorker(AsyncRolloutWorker):

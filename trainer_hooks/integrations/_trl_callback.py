@@ -29,13 +29,17 @@ class ParityCallback(TrainerCallback):
     instantiated at train begin on world process zero only (other ranks open no connection).
 
     * on_train_begin: registers ``processing_class`` (``tokenizer`` on older transformers) and the
-      model's ``generation_config``.
+      model's ``generation_config``; for trainers with a sampling ``temperature`` (GRPOConfig...),
+      reports what the log-prob recompute assumes (``trl_logprob_assumption``).
     * on_step_begin: blocks while the run is paused; a stop becomes ``should_save`` +
       ``should_training_stop`` (checked again at step end, so a stop saves the step just done).
     * on_log: forwards every finite numeric entry of the logs (GRPO's ``sampling/*``, ``kl``,
       ``entropy``, ``clip_ratio/*``, AsyncGRPO's ``ratio``, ``buffer_qsize`` ...) at
       ``state.global_step``.
     * on_train_end: closes the monitor (also one passed in).
+    * ``callback.attest_weight_syncs(trainer)`` (optional, before ``train()``): every weight sync
+      to vLLM attests the tensors it sends, at ``state.global_step`` (``model_version`` for
+      AsyncGRPO); see ``trainer_hooks.integrations._trl_weights``.
 
     Multi-process runs: rank 0 decides and broadcasts pause/stop at each step boundary, so every
     rank stops on the same step; the other ranks wait in that broadcast while rank 0 is paused,
@@ -52,6 +56,13 @@ class ParityCallback(TrainerCallback):
     def monitor(self) -> Any:
         return self._monitor
 
+    def attest_weight_syncs(self, trainer: Any, **attest_options: Any) -> Any:
+        """Attest the weights each of `trainer`'s syncs to vLLM sends, through this callback's
+        monitor (world process zero only). `attest_options` as for `ParityMonitor.attest_weights`."""
+        from ._trl_weights import instrument_weight_sync
+
+        return instrument_weight_sync(trainer, lambda: self._monitor, **attest_options)
+
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
@@ -67,6 +78,20 @@ class ParityCallback(TrainerCallback):
             self._monitor.register_processor(processor, generation_config=generation_config)
         except Exception:  # monitoring must never take the training run down with it
             logger.exception("Paritywatch: could not register the trainer's processor")
+        self._report_logprob_assumption(args)
+
+    def _report_logprob_assumption(self, args) -> None:
+        """What TRL's log-prob recompute assumes (GRPO and kin: ``logits / args.temperature``, then
+        log-softmax; no top-p/top-k/min-p masking, no penalty), so the backend can compare it with
+        what the rollout served. Skipped for trainers without a sampling temperature."""
+        assumption = trl_logprob_assumption(args)
+        report = getattr(self._monitor, "report_sampling_params", None)
+        if assumption is None or not callable(report):
+            return
+        try:
+            report(assumption, logprobs_mode="processed", source="trl")
+        except Exception:
+            logger.exception("Paritywatch: could not report the trainer's sampling assumption")
 
     def on_step_begin(self, args, state, control, **kwargs):
         stop = False
@@ -94,6 +119,16 @@ class ParityCallback(TrainerCallback):
         self._monitor.close()
         if self._make_monitor is not None:
             self._monitor = None  # a later train() call builds a fresh one
+
+
+def trl_logprob_assumption(args: Any) -> dict[str, Any] | None:
+    """The sampling parameters TRL's recompute scores tokens with, from its config: the
+    temperature only (TRL 1.16 ``_get_per_token_logps_and_entropies`` divides the logits by it and
+    masks nothing, whatever top_p/top_k the rollout samples with). None without a temperature."""
+    temperature = getattr(args, "temperature", None)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        return None
+    return {"temperature": float(temperature)}
 
 
 def _monitor_factory(monitor_kwargs: dict[str, Any]):

@@ -20,6 +20,12 @@ the child fingerprints the processor it really renders prompts with)::
     instrument_rollout_worker(trainer.rollout_worker, run=..., url=..., token=...)  # before train()
     trainer.train()
 
+Weight-sync attestation on the trainer side (optional; each tensor is hashed as the sync sends it)::
+
+    callback = ParityCallback(run=..., url=..., token=...)
+    trainer = GRPOTrainer(..., callbacks=[callback])      # or AsyncGRPOTrainer
+    callback.attest_weight_syncs(trainer)                 # before train()
+
 or, when you build the worker yourself, pass
 ``rollout_worker=ParityAsyncRolloutWorker(parity_monitor_kwargs={...}, **worker_kwargs)``.
 """
@@ -29,13 +35,15 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-__all__ = ["ParityCallback", "ParityAsyncRolloutWorker", "instrument_rollout_worker", "is_trl_available"]
+__all__ = ["ParityCallback", "ParityAsyncRolloutWorker", "instrument_rollout_worker", "instrument_weight_sync",
+           "is_trl_available"]
 
 _LAZY = {
     "ParityCallback": "trainer_hooks.integrations._trl_callback",
     "ParityAsyncRolloutWorker": "trainer_hooks.integrations._trl_async",
     "ParityRolloutLoop": "trainer_hooks.integrations._trl_async",
     "instrument_rollout_worker": "trainer_hooks.integrations._trl_async",
+    "instrument_weight_sync": "trainer_hooks.integrations._trl_weights",
 }
 
 

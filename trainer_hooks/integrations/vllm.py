@@ -1,7 +1,8 @@
-"""vLLM rollout side: register an engine, turn its outputs into RolloutRecords, check a server.
+"""vLLM rollout side: register an engine and turn its outputs into RolloutRecords.
 
 Importing this module is free: nothing from vLLM, torch or transformers is imported here; the
-objects you pass in are read by duck typing, and the server check speaks plain HTTP (httpx).
+objects you pass in are read by duck typing. The black-box check of a running OpenAI-compatible
+server lives in ``trainer_hooks.integrations.openai_server`` and is re-exported here.
 
 Rollout worker with an in-process engine (``vllm.LLM``)::
 
@@ -11,6 +12,7 @@ Rollout worker with an in-process engine (``vllm.LLM``)::
     llm = LLM(model=path)
     monitor = ParityMonitor(run="grpo-qwen", side="rollout", url=PARITYWATCH_URL)
     register_llm(monitor, llm)          # the tokenizer AND generation config the engine really uses
+    watch_llm_sampling(monitor, llm)    # reports what every request is served with, log-prob mode too
     outputs = llm.chat(conversations, SamplingParams(logprobs=0, max_tokens=256))
     records = records_from_request_outputs(outputs, messages=conversations, policy_version=version)
     monitor.log_rollout_batch(records, processor=trainer_processor)   # or ship records to the trainer
@@ -21,26 +23,32 @@ A vLLM OpenAI-compatible server you cannot modify (black box, through ``/tokeniz
     post_openai_server_check(monitor, result)   # report it to the backend as a rollout component
 
 What the server check can and cannot see: docs/vllm.md.
+
+Weight-sync attestation on the engine's workers (docs/vllm.md, "Weight-sync attestation")::
+
+    llm.collective_rpc(install_weight_attestation, kwargs={"run": "grpo-qwen", "url": PARITYWATCH_URL})
+    ...                                  # each sync: the framework's own RPC calls model.load_weights(...)
+    llm.collective_rpc(commit_weight_attestation, args=(version,))   # every worker attests what it loaded
 """
 from __future__ import annotations
 
-import difflib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..alignment import RolloutRecord
-from ..fingerprint.components import SAMPLING_KEYS, tokenizer_behavior, unwrap
-from ..fingerprint.core import assemble
-from ..fingerprint.probes import PROBE_CONVERSATIONS, PROBE_TEXTS
+from ..contract import SAMPLING_PARAM_KEYS
+from ..fingerprint.components import SAMPLING_KEYS
+from ..fingerprint.sampling import read_params
+from .openai_server import SERVER_KIND, check_openai_server, post_openai_server_check, server_fingerprint
 
-__all__ = ["check_openai_server", "llm_generation_config", "post_openai_server_check",
-           "records_from_request_outputs", "register_llm", "server_fingerprint"]
+__all__ = ["SERVER_KIND", "check_openai_server", "commit_weight_attestation", "install_weight_attestation",
+           "llm_generation_config", "post_openai_server_check", "records_from_request_outputs", "register_llm",
+           "report_served_sampling", "served_sampling_params", "server_fingerprint", "watch_llm_sampling"]
 
 logger = logging.getLogger(__name__)
-
-SERVER_KIND = "openai_server"
 
 
 # --------------------------------------------------------------------------- vllm.LLM registration
@@ -95,6 +103,79 @@ def register_llm(monitor: Any, llm: Any) -> Any:
     the fingerprint for ParityMonitor)."""
     tokenizer = llm.get_tokenizer() if callable(getattr(llm, "get_tokenizer", None)) else llm
     return monitor.register_processor(tokenizer, generation_config=llm_generation_config(llm))
+
+
+# --------------------------------------------------------------------------- served sampling parameters
+
+def served_sampling_params(llm: Any, sampling_params: Any = None) -> dict[str, Any]:
+    """What a ``vllm.LLM`` serves a request with: ``{"params", "logprobs_mode", "filled_from_generation_config"}``.
+
+    ``params``: the ``SamplingParams`` the engine uses: ``sampling_params`` as given, or, when None,
+    the engine's defaults (``LLM.get_default_sampling_params()``: the model's generation_config.json
+    values, NVIDIA-NeMo/RL#3497), exactly as ``LLM.generate`` / ``chat`` substitute them.
+    ``logprobs_mode``: the engine's ``ModelConfig.logprobs_mode`` (vLLM v1: ``raw_logprobs`` by default).
+    ``filled_from_generation_config``: the keys whose served value is the generation config's default.
+    """
+    model_config = _model_config(llm)
+    defaults = _sampling_defaults(model_config)
+    params = sampling_params if sampling_params is not None else llm.get_default_sampling_params()
+    return {"params": params, "logprobs_mode": getattr(model_config, "logprobs_mode", None),
+            "filled_from_generation_config": _filled(params, defaults)}
+
+
+def _filled(params: Any, defaults: dict[str, Any]) -> list[str]:
+    """The keys whose served value is the generation config's default (what vLLM fills in)."""
+    served = read_params(params)
+    return sorted(k for k in SAMPLING_PARAM_KEYS if k in defaults and served.get(k) == defaults[k])
+
+
+def _sampling_defaults(model_config: Any) -> dict[str, Any]:
+    try:
+        return dict(model_config.get_diff_sampling_param() or {}) if model_config is not None else {}
+    except Exception:  # pragma: no cover - defensive: an engine without generation defaults
+        logger.debug("get_diff_sampling_param failed", exc_info=True)
+        return {}
+
+
+def watch_llm_sampling(monitor: Any, llm: Any) -> Any:
+    """Report the ``SamplingParams`` of every request the engine receives, as it receives them.
+
+    Wraps this engine object's ``llm.llm_engine.add_request``, where ``LLM.generate`` / ``chat``
+    hand over each request after substituting the generation-config defaults for a missing
+    ``SamplingParams``: so what is reported is what was served. The monitor re-posts only when
+    the values change. Watch an engine that serves training rollouts only (evaluation requests at
+    another temperature would be reported too). Returns a callable that removes the wrapper.
+    """
+    engine = llm.llm_engine
+    original = engine.add_request
+    model_config = _model_config(llm)
+    defaults = _sampling_defaults(model_config)
+    mode = getattr(model_config, "logprobs_mode", None)
+
+    def add_request(request_id: Any, prompt: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
+        if hasattr(params, "temperature"):  # SamplingParams, not PoolingParams
+            _report(monitor, params, mode, defaults)
+        return original(request_id, prompt, params, *args, **kwargs)
+
+    engine.add_request = add_request
+    return lambda: vars(engine).pop("add_request", None)
+
+
+def _report(monitor: Any, params: Any, mode: Any, defaults: dict[str, Any]) -> None:
+    try:
+        monitor.report_sampling_params(params, logprobs_mode=mode, source="vllm",
+                                       filled_from_generation_config=_filled(params, defaults))
+    except Exception:  # never fail a request for monitoring
+        logger.debug("paritywatch: could not report sampling params", exc_info=True)
+
+
+def report_served_sampling(monitor: Any, llm: Any, sampling_params: Any = None) -> bool:
+    """Report ``served_sampling_params(llm, sampling_params)`` through ``monitor`` (the rollout side's
+    ``sampling_params`` component). Call it with the params of each training ``generate``/``chat``
+    call (cheap: the monitor re-posts only when the values change). Returns what the monitor returns."""
+    served = served_sampling_params(llm, sampling_params)
+    return monitor.report_sampling_params(served["params"], logprobs_mode=served["logprobs_mode"], source="vllm",
+                                          filled_from_generation_config=served["filled_from_generation_config"])
 
 
 # --------------------------------------------------------------------------- RequestOutput -> records
@@ -185,248 +266,129 @@ def _weight_version(completion: Any) -> int | None:
     return min(numeric) if numeric else None
 
 
-# --------------------------------------------------------------------------- black-box server check
+# --------------------------------------------------------------------------- weight-sync attestation
+# These run on vLLM's workers, through `LLM.collective_rpc(function, ...)`: vLLM calls a function
+# with the worker as its first argument, in the worker's own process (pickled there when the
+# engine runs its workers in other processes, so they live at module level).
 
-class _Server:
-    """The two endpoints we use, each answer kept raw: {"ok": ids/text} or {"error": message}."""
-
-    def __init__(self, base_url: str, model: str | None, timeout_s: float, headers: Mapping[str, str] | None):
-        import httpx
-
-        self.base_url = base_url.rstrip("/")
-        if self.base_url.endswith("/v1"):  # /tokenize lives at the root, not under /v1
-            self.base_url = self.base_url[:-3]
-        self.model = model
-        self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=dict(headers or {}))
-
-    def _post(self, path: str, body: dict) -> tuple[bool, Any]:
-        if self.model is not None:
-            body = {"model": self.model, **body}
-        response = self.client.post(path, json=body)
-        if response.status_code == 404 and path in ("/tokenize", "/detokenize"):
-            raise RuntimeError(f"{self.base_url}{path} answered 404: not a vLLM server, or the model name is wrong")
-        try:
-            data = response.json()
-        except ValueError:
-            data = {"message": response.text[:200]}
-        if response.status_code >= 400:
-            err = data.get("error", data) if isinstance(data, dict) else data
-            message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-            return False, f"HTTP {response.status_code}: {str(message)[:200]}"
-        return True, data
-
-    def tokenize_text(self, text: str, add_special_tokens: bool) -> Any:
-        ok, data = self._post("/tokenize", {"prompt": text, "add_special_tokens": add_special_tokens})
-        return list(data["tokens"]) if ok else {"error": data}
-
-    def tokenize_chat(self, conversation: list, gen: bool, kwargs: dict | None) -> Any:
-        body: dict[str, Any] = {"messages": conversation, "add_generation_prompt": gen, "add_special_tokens": False}
-        if kwargs:
-            body["chat_template_kwargs"] = kwargs
-        ok, data = self._post("/tokenize", body)
-        return list(data["tokens"]) if ok else {"error": data}
-
-    def detokenize(self, ids: list[int]) -> Any:
-        ok, data = self._post("/detokenize", {"tokens": ids})
-        return data["prompt"] if ok else {"error": data}
-
-    def info(self) -> dict:
-        out: dict[str, Any] = {"url": self.base_url}
-        for path, key in (("/version", "version"), ("/v1/models", "data")):
-            try:
-                response = self.client.get(path)
-                if response.status_code == 200:
-                    value = response.json().get(key)
-                    if key == "data":
-                        out["models"] = [m.get("id") for m in value or []]
-                        out["max_model_len"] = next((m.get("max_model_len") for m in value or []), None)
-                    else:
-                        out["vllm_version"] = value
-            except Exception:
-                continue
-        return out
-
-    def close(self) -> None:
-        self.client.close()
+_ATTEST_STATE = "_paritywatch_attest"
 
 
-def _local_view(processor: Any, chat_template_kwargs: dict | None) -> tuple[Any, Any, dict]:
-    kind, obj = unwrap(processor)
-    if kind == "mistral":
-        raise TypeError("check_openai_server compares transformers-style tokenizers; mistral-common "
-                        "tokenizers render chats through mistral-common, not a Jinja template")
-    tok = obj.tokenizer if kind == "processor" else obj
-    template = getattr(obj, "chat_template", None) or getattr(tok, "chat_template", None)
-    behavior = tokenizer_behavior(tok, template)
-    if chat_template_kwargs and behavior["chat"] is not None:
-        for name, conversation in PROBE_CONVERSATIONS:
-            for gen in (False, True):
-                behavior["chat"][f"{name}/gen={int(gen)}"] = _render_with(tok, list(conversation), gen,
-                                                                          template, chat_template_kwargs)
-    return tok, template, behavior
+def install_weight_attestation(worker: Any, *, worker_id: str | None = None, attest_options: dict | None = None,
+                               **monitor_kwargs: Any) -> str:
+    """Make this worker hash every (name, tensor) its model's ``load_weights`` receives, whatever
+    delivered them (NCCL broadcast, IPC handles, a colocated trainer, a checkpoint), as the trainer
+    named them. Opens a rollout ``ParityMonitor(**monitor_kwargs)`` in the worker (worker id
+    ``{worker_id}-rank{rank}`` when given). `attest_options` as for ``attest_weights``; both sides
+    must use the same. Idempotent. Returns the monitor's worker id.
+
+    Why the received tensors and not the model's parameters afterwards: vLLM fuses tensors
+    (q/k/v into qkv_proj, gate/up into gate_up_proj), pads vocabularies and, on CPU, repacks
+    linear weights for oneDNN and frees the originals, so its parameters neither match the
+    trainer's names nor stay readable. What it was handed under which name is comparable.
+
+    Full mode hashes each tensor as it is loaded (the digest does not depend on the version) and
+    keeps only digests. Sampled mode's offsets depend on the version, known at the commit: it
+    keeps references to the received tensors until then."""
+    from ..attest import AttestOptions
+
+    model = _worker_model(worker)
+    state = getattr(worker, _ATTEST_STATE, None)
+    if state is None:
+        from ..monitor import ParityMonitor
+
+        kwargs = {"side": "rollout", **monitor_kwargs}
+        if worker_id is not None:
+            kwargs["worker_id"] = f"{worker_id}-rank{getattr(worker, 'rank', 0)}"
+        state = {"monitor": ParityMonitor(**kwargs), "options": AttestOptions(**(attest_options or {})).checked(),
+                 "entries": {}, "tensors": {}, "bytes_hashed": 0, "seconds": 0.0}
+        setattr(worker, _ATTEST_STATE, state)
+    original = model.load_weights
+    if not getattr(original, "_paritywatch_attested", False):
+        def load_weights(weights: Any, *args: Any, **kwargs: Any) -> Any:
+            return original(_recorded(weights, state), *args, **kwargs)
+
+        load_weights._paritywatch_attested = True  # type: ignore[attr-defined]
+        model.load_weights = load_weights
+    return state["monitor"]._registry.component.worker_id
 
 
-def _render_with(tok: Any, conversation: list, gen: bool, template: Any, kwargs: dict) -> Any:
-    call = {"tokenize": False, "add_generation_prompt": gen, **kwargs}
-    if not isinstance(template, dict):
-        call["chat_template"] = template
+def commit_weight_attestation(worker: Any, version: int) -> dict[str, Any] | None:
+    """Attest, as `version`, every tensor this worker loaded since the last commit (the latest
+    copy of a name wins). Returns the attestation's summary (None if nothing was loaded or it could
+    not be computed: the monitor counts and logs why; it never raises into the engine)."""
+    state = getattr(worker, _ATTEST_STATE, None)
+    if state is None:
+        raise RuntimeError("call install_weight_attestation on the workers first")
     try:
-        text = tok.apply_chat_template(conversation, **call)
-    except Exception as exc:
-        return {"error": type(exc).__name__, "message": str(exc)[:200]}
-    return {"text": text, "ids": list(tok.encode(text, add_special_tokens=False))}
+        return _commit(state, version)
+    except Exception as exc:  # never into the engine: counted and logged like any SDK failure
+        state["monitor"]._internal_errors += 1
+        logger.warning("paritywatch: could not attest version %r: %r", version, exc)
+        return None
 
 
-def _server_behavior(server: _Server, local: dict, chat_template_kwargs: dict | None) -> dict:
-    """The behavior component's shape, every id and decoded text answered by the server."""
-    encode = [server.tokenize_text(t, True) for t in PROBE_TEXTS]
-    plain = [server.tokenize_text(t, False) for t in PROBE_TEXTS]
-    decode = [server.detokenize(ids) if isinstance(ids, list) else ids for ids in plain]
-    chat: dict[str, Any] | None = {}
-    for name, conversation in PROBE_CONVERSATIONS:
-        for gen in (False, True):
-            key = f"{name}/gen={int(gen)}"
-            ids = server.tokenize_chat([dict(m) for m in conversation], gen, chat_template_kwargs)
-            if isinstance(ids, list):
-                text = server.detokenize(ids)
-                chat[key] = {"text": text, "ids": ids}
+def _commit(state: dict[str, Any], version: int) -> dict[str, Any] | None:
+    from ..attest import WeightsDigest, payload
+
+    monitor, opts = state["monitor"], state["options"]
+    entries, tensors = state["entries"], state["tensors"]
+    state["entries"], state["tensors"] = {}, {}
+    hashed, seconds = state["bytes_hashed"], state["seconds"]
+    state["bytes_hashed"], state["seconds"] = 0, 0.0
+    if tensors:  # sampled mode: now that the version is known
+        started = time.perf_counter()
+        digest = WeightsDigest(version, opts)
+        entries = {e["name"]: e for e in digest.digest(list(tensors.items()))}
+        digest.close()
+        seconds += time.perf_counter() - started
+        hashed = digest.bytes_hashed
+    if not entries:
+        return None
+    return monitor._submit_attestation(payload(version, opts, list(entries.values()), hashed, seconds))
+
+
+def close_weight_attestation(worker: Any, timeout: float = 10.0) -> bool:
+    """Flush and close the worker's monitor (before the engine shuts down)."""
+    state = getattr(worker, _ATTEST_STATE, None)
+    return True if state is None else state["monitor"].close(timeout)
+
+
+def _worker_model(worker: Any) -> Any:
+    runner = getattr(worker, "model_runner", worker)
+    get_model = getattr(runner, "get_model", None)
+    model = get_model() if callable(get_model) else getattr(runner, "model", None)
+    if model is None or not callable(getattr(model, "load_weights", None)):
+        raise RuntimeError("this vLLM worker has no model with load_weights (is the model loaded?)")
+    return model
+
+
+def _recorded(weights: Any, state: dict[str, Any]) -> Any:
+    """Pass the (name, tensor) pairs through, hashing each before the model copies (and maybe
+    repacks) it; a failure to hash is the monitor's to count, never the load's."""
+    from ..attest import WeightsDigest
+
+    sampled = state["options"].mode == "sampled"
+    digest = None if sampled else WeightsDigest(0, state["options"])  # full digests ignore the version
+    try:
+        for name, tensor in weights:
+            if sampled:
+                state["tensors"][name] = tensor
             else:
-                mine = (local.get("chat") or {}).get(key)
-                # Both refuse the conversation: the server's exception class is not observable, so
-                # the entry records the local refusal (the observation is "it refused too").
-                chat[key] = mine if isinstance(mine, dict) and "error" in mine else {"error": "ServerError",
-                                                                                     "message": ids["error"]}
-    if local.get("chat") is None and all("error" in v for v in chat.values()):
-        chat = None  # no template on either side: the server refuses every chat, the local side has none
-    return {"encode": encode, "encode_no_special": plain, "decode": decode, "chat": chat}
-
-
-def _first_diff(a: Any, b: Any) -> int | None:
-    if not (isinstance(a, list) and isinstance(b, list)):
-        return None if a == b else 0
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def _behavior_rows(local: dict, server: dict) -> list[dict]:
-    rows = []
-    for part in ("encode", "encode_no_special", "decode"):
-        for i, (mine, theirs) in enumerate(zip(local[part], server[part])):
-            if mine != theirs:
-                row = {"part": part, "probe": PROBE_TEXTS[i], "local": mine, "server": theirs}
-                if part != "decode":
-                    row["first_diff_pos"] = _first_diff(mine, theirs)
-                rows.append(row)
-    local_chat, server_chat = local.get("chat") or {}, server.get("chat") or {}
-    for key in dict.fromkeys([*local_chat, *server_chat]):  # probe order
-        mine, theirs = local_chat.get(key), server_chat.get(key)
-        if isinstance(mine, dict) and isinstance(theirs, dict) and "error" in mine and "error" in theirs:
-            continue  # both refuse this conversation
-        mine_ids = mine.get("ids") if isinstance(mine, dict) else None
-        theirs_ids = theirs.get("ids") if isinstance(theirs, dict) else None
-        if mine_ids is not None and mine_ids == theirs_ids:
-            continue
-        rows.append({"part": "chat", "probe": key, "local": mine, "server": theirs,
-                     "first_diff_pos": _first_diff(mine_ids, theirs_ids)})
-    return rows
-
-
-def _row_summary(row: dict) -> str:
-    pos = row.get("first_diff_pos")
-    where = f" (first differing id at position {pos})" if pos is not None else ""
-    return f"{row['part']} probe {row['probe']!r}{where}"
-
-
-def check_openai_server(base_url: str, processor: Any, *, model: str | None = None,
-                        chat_template_kwargs: dict[str, Any] | None = None, timeout_s: float = 30.0,
-                        headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Compare a running vLLM OpenAI-compatible server's tokenization with ``processor``'s.
-
-    Black box: only ``POST /tokenize`` (text probes with and without special tokens; the probe
-    conversations with and without ``add_generation_prompt``, rendered by the server's own chat
-    template) and ``POST /detokenize`` (decode of the server's ids) are used, with the probes of
-    ``trainer_hooks.fingerprint.probes``. ``processor`` renders and encodes the same probes locally.
-
-    Returns ``{"verdict": "same"|"error", "components": [...], "probes_compared": int,
-    "server": {url, vllm_version, models, max_model_len}, "server_behavior": {...}}``; a component is
-    ``{"name": "chat_template"|"behavior", "severity": "error", "summary", "detail"}``:
-    ``chat_template`` when a probe conversation renders to other ids (detail: the first such
-    conversation, both id lists, the first differing position, and a unified diff of the local
-    rendered text against the server's ids detokenized); ``behavior`` when any probe differs
-    (detail: ``first`` differing probe with both id lists, ``parts``, ``differing``, a sample).
-    ``server_behavior`` feeds ``server_fingerprint``. Raises on transport errors (server down).
-    """
-    _, _, local = _local_view(processor, chat_template_kwargs)
-    server = _Server(base_url, model, timeout_s, headers)
-    try:
-        observed = _server_behavior(server, local, chat_template_kwargs)
-        info = server.info()
+                _hash_into(state, digest, name, tensor)
+            yield name, tensor
     finally:
-        server.close()
-    rows = _behavior_rows(local, observed)
-    components = []
-    chat_rows = [r for r in rows if r["part"] == "chat"]
-    if chat_rows:
-        first = chat_rows[0]
-        mine, theirs = first["local"], first["server"]
-        mine_text = mine.get("text") if isinstance(mine, dict) else None
-        theirs_text = theirs.get("text") if isinstance(theirs, dict) else None
-        detail = {"probe": first["probe"], "first_diff_pos": first["first_diff_pos"],
-                  "local_ids": mine.get("ids") if isinstance(mine, dict) else None,
-                  "server_ids": theirs.get("ids") if isinstance(theirs, dict) else None,
-                  "local_error": mine.get("error") if isinstance(mine, dict) else None,
-                  "server_error": theirs.get("message") if isinstance(theirs, dict) and "error" in theirs else None,
-                  "differing_conversations": [r["probe"] for r in chat_rows]}
-        if isinstance(mine_text, str) and isinstance(theirs_text, str):
-            detail["unified_diff"] = "".join(difflib.unified_diff(
-                mine_text.splitlines(keepends=True), theirs_text.splitlines(keepends=True),
-                fromfile="local (rendered)", tofile="server (its ids, detokenized)"))
-        components.append({"name": "chat_template", "severity": "error",
-                           "summary": f"the server renders {len(chat_rows)} of {len(local.get('chat') or {}) or len(chat_rows)}"
-                                      f" probe conversations to other ids; first: {first['probe']}",
-                           "detail": detail})
-    if rows:
-        first = rows[0]
-        components.append({"name": "behavior", "severity": "error",
-                           "summary": f"{len(rows)} probes differ; first: {_row_summary(first)}",
-                           "detail": {"parts": sorted({r["part"] for r in rows}), "differing": len(rows),
-                                      "first": first, "sample": rows[:5]}})
-    compared = 3 * len(PROBE_TEXTS) + (2 * len(PROBE_CONVERSATIONS) if (local.get("chat") or observed.get("chat")) else 0)
-    return {"verdict": "error" if components else "same", "components": components,
-            "probes_compared": compared, "server": info, "server_behavior": observed,
-            "chat_template_kwargs": dict(chat_template_kwargs or {})}
+        if digest is not None:
+            digest.close()
 
 
-def server_fingerprint(check: Mapping[str, Any]) -> dict[str, Any]:
-    """A fingerprint-shaped object holding ONLY what the server was seen to do.
-
-    Its one component is ``behavior``, built from the server's answers (ids from ``/tokenize``,
-    decodes from ``/detokenize``; a conversation's ``text`` is the server's ids detokenized, since
-    the rendered text itself is not observable). Every other component (vocab, special tokens,
-    chat template text, generation eos ids, sampling defaults...) is absent, which the diff and
-    the backend read as "not comparable" (info), never as "same". So the backend's parity verdict
-    against the trainer is ``error`` when the server behaves differently on the probes, and
-    ``info`` (never ``same``) when it agrees on them. ``kind`` is ``"openai_server"``.
-    """
-    env = {"class": "OpenAIServer", "kind": SERVER_KIND, "observed_via": ["/tokenize", "/detokenize"],
-           **{k: v for k, v in dict(check.get("server") or {}).items() if k in ("url", "vllm_version", "models")}}
-    if check.get("chat_template_kwargs"):
-        env["chat_template_kwargs"] = dict(check["chat_template_kwargs"])
-    return assemble(SERVER_KIND, {"behavior": check["server_behavior"]}, env)
-
-
-def post_openai_server_check(monitor: Any, check: Mapping[str, Any], *, step: int | None = None) -> bool:
-    """Report a ``check_openai_server`` result through a rollout-side ``ParityMonitor``.
-
-    Registers ``server_fingerprint(check)`` as the monitor's fingerprint (the backend then compares
-    it with the trainer's, as for any rollout worker) and logs ``parity/server_check_error``
-    (1.0 or 0.0) and ``parity/server_probes_differing``. Returns what register_fingerprint returned.
-    """
-    ok = monitor.register_fingerprint(server_fingerprint(check))
-    differing = next((c["detail"]["differing"] for c in check.get("components", []) if c["name"] == "behavior"), 0)
-    metrics = {"parity/server_check_error": float(check.get("verdict") == "error"),
-               "parity/server_probes_differing": float(differing)}
-    monitor.log(metrics, 0 if step is None else step)
-    return bool(ok)
+def _hash_into(state: dict[str, Any], digest: Any, name: str, tensor: Any) -> None:
+    started = time.perf_counter()
+    try:
+        [entry] = digest.digest([(name, tensor)])
+        state["entries"][name] = entry  # the same name may come again: the later copy wins
+        state["bytes_hashed"] += entry["bytes"]
+    except Exception as exc:
+        state["monitor"]._internal_errors += 1
+        logger.warning("paritywatch: could not hash %r for attestation: %r", name, exc)
+    state["seconds"] += time.perf_counter() - started

@@ -2,71 +2,92 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
-from sqlalchemy import select
+from fastapi import APIRouter, Body, Query
 
-from backend.alerts import lifecycle
-from backend.api.deps import AdminDep, DbDep, ReadDep
-from backend.models import Alert, AlertEvent
-from backend.schemas import AlertEvents, AlertEventOut, AlertList, AlertNote, AlertOut, RunSettings
-from backend.store.runs import get_run
+from paritywatch.backend.alerts import lifecycle
+from paritywatch.backend.alerts.silences import muting
+from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, EngineDep, ReadDep
+from paritywatch.backend.api.query import AlertsPage, EventsPage, encode_cursor
+from paritywatch.backend.models import Alert, utcnow
+from paritywatch.backend.schemas import AlertEvents, AlertEventOut, AlertList, AlertNote, AlertOut, RunSettings
+from paritywatch.backend.detect import packs as pack_catalog
+from paritywatch.backend.store import alerts as alert_store
+from paritywatch.backend.store import packs as pack_store
+from paritywatch.backend.store import silences as silence_store
+from paritywatch.backend.store.runs import get_run
 
 router = APIRouter(tags=["alerts"])
 StatusFilter = Annotated[Literal["firing", "acknowledged", "resolved", "open"] | None, Query()]
+OptionalNote = Annotated[AlertNote | None, Body()]
 
 
-def _query(status: str | None):  # noqa: ANN202
-    q = select(Alert).order_by(Alert.fired_at.desc(), Alert.id.desc()).limit(1000)
-    if status == "open":
-        return q.where(Alert.status != "resolved")
-    return q.where(Alert.status == status) if status else q
+def _marked(s, rows: list[tuple[Alert, str]]) -> list[AlertOut]:  # noqa: ANN001
+    """Alerts with the active silences that mute them (silenced alerts still show, marked)."""
+    silences = silence_store.active(s, utcnow())
+    return [AlertOut(**lifecycle.alert_dict(a, muting(silences, a.run_id, project, a.kind) if a.status != "resolved" else []))
+            for a, project in rows]
 
 
-@router.get("/runs/{run_id}/alerts", response_model=AlertList, summary="Alerts of a run, newest first")
-def run_alerts(run_id: int, db: DbDep, _: ReadDep, status: StatusFilter = None) -> AlertList:
+@router.get("/runs/{run_id}/alerts", response_model=AlertList, summary="Alerts of a run, newest first (paginated)")
+def run_alerts(run_id: int, db: DbDep, _: ReadDep, page: AlertsPage, status: StatusFilter = None) -> AlertList:
     with db.read() as s:
         get_run(s, run_id)
-        rows = s.scalars(_query(status).where(Alert.run_id == run_id))
-        return AlertList(alerts=[AlertOut(**lifecycle.alert_dict(a)) for a in rows])
+        rows, after = alert_store.list_alerts(s, status, run_id, page)
+        return AlertList(alerts=_marked(s, rows), next_cursor=encode_cursor(after))
 
 
-@router.get("/alerts", response_model=AlertList, summary="Alerts across runs")
-def all_alerts(db: DbDep, _: ReadDep, status: StatusFilter = None) -> AlertList:
+@router.get("/alerts", response_model=AlertList, summary="Alerts across runs, newest first (paginated)")
+def all_alerts(db: DbDep, _: ReadDep, page: AlertsPage, status: StatusFilter = None) -> AlertList:
     with db.read() as s:
-        return AlertList(alerts=[AlertOut(**lifecycle.alert_dict(a)) for a in s.scalars(_query(status))])
+        rows, after = alert_store.list_alerts(s, status, None, page)
+        return AlertList(alerts=_marked(s, rows), next_cursor=encode_cursor(after))
 
 
 @router.post("/alerts/{alert_id}/acknowledge", response_model=AlertOut, summary="Acknowledge a firing alert")
-def acknowledge(alert_id: int, body: AlertNote, db: DbDep, who: AdminDep) -> AlertOut:
-    with db.write() as s:
-        alert = lifecycle.acknowledge(s, lifecycle.get_alert(s, alert_id), who.name, body.note)
+def acknowledge(alert_id: int, db: DbDep, effects: EffectsDep, who: AdminDep, body: OptionalNote = None) -> AlertOut:
+    with effects.write(db) as s:
+        alert = lifecycle.get_alert(s, alert_id)
+        alert = lifecycle.acknowledge(s, get_run(s, alert.run_id), alert, who.name, _note(body))
         return AlertOut(**lifecycle.alert_dict(alert))
 
 
 @router.post("/alerts/{alert_id}/resolve", response_model=AlertOut, summary="Resolve an alert by hand")
-def resolve(alert_id: int, body: AlertNote, db: DbDep, who: AdminDep) -> AlertOut:
-    with db.write() as s:
+def resolve(alert_id: int, db: DbDep, effects: EffectsDep, who: AdminDep, body: OptionalNote = None) -> AlertOut:
+    with effects.write(db) as s:
         alert = lifecycle.get_alert(s, alert_id)
-        alert = lifecycle.resolve(s, get_run(s, alert.run_id), alert, who.name, body.note)
+        alert = lifecycle.resolve(s, get_run(s, alert.run_id), alert, who.name, _note(body))
         return AlertOut(**lifecycle.alert_dict(alert))
 
 
-@router.get("/alerts/{alert_id}/events", response_model=AlertEvents, summary="Audit trail of an alert")
-def alert_events(alert_id: int, db: DbDep, _: ReadDep) -> AlertEvents:
+def _note(body: AlertNote | None) -> str | None:
+    """The body is optional: no body (or `{}`) is an action without a note."""
+    return body.note if body is not None else None
+
+
+@router.get("/alerts/{alert_id}/events", response_model=AlertEvents, summary="Audit trail of an alert, oldest first (paginated)")
+def alert_events(alert_id: int, db: DbDep, _: ReadDep, page: EventsPage) -> AlertEvents:
     with db.read() as s:
-        lifecycle.get_alert(s, alert_id)
-        rows = s.scalars(select(AlertEvent).where(AlertEvent.alert_id == alert_id).order_by(AlertEvent.id))
-        return AlertEvents(events=[AlertEventOut.model_validate(e, from_attributes=True) for e in rows])
+        rows, after = alert_store.events_of(s, alert_id, page)
+        return AlertEvents(events=[AlertEventOut.model_validate(e, from_attributes=True) for e in rows],
+                           next_cursor=encode_cursor(after))
 
 
 @router.get("/runs/{run_id}/settings", response_model=RunSettings, summary="Per-run detection settings")
 def get_settings(run_id: int, db: DbDep, _: ReadDep) -> RunSettings:
     with db.read() as s:
-        return RunSettings(on_mismatch=get_run(s, run_id).on_mismatch)
+        return RunSettings(on_mismatch=get_run(s, run_id).on_mismatch, packs=pack_store.enabled(s, run_id=run_id))
 
 
 @router.put("/runs/{run_id}/settings", response_model=RunSettings, summary="Change per-run detection settings")
-def put_settings(run_id: int, body: RunSettings, db: DbDep, _: AdminDep) -> RunSettings:
-    with db.write() as s:
-        get_run(s, run_id).on_mismatch = body.on_mismatch
-    return body
+def put_settings(run_id: int, body: RunSettings, db: DbDep, effects: EffectsDep, engine: EngineDep,
+                 who: AdminDep) -> RunSettings:
+    with effects.write(db) as s:
+        run = get_run(s, run_id)
+        if body.on_mismatch is not None:
+            run.on_mismatch = body.on_mismatch
+        if body.packs is not None:
+            change = pack_store.set_packs(s, body.packs, pack_catalog.rules_of, run_id=run_id)
+            lifecycle.resolve_rule_alerts(s, change.removed_rule_ids, who.name, "its framework pack was turned off")
+        out = RunSettings(on_mismatch=run.on_mismatch, packs=pack_store.enabled(s, run_id=run_id))
+    engine.forget_rules(run_id)
+    return out

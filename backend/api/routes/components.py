@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body
 
-from backend.api.deps import DbDep, IngestDep, ReadDep
-from backend.schemas import ComponentCreate, ComponentOut, FingerprintStored, HeartbeatOut
-from backend.store import fingerprints as fp_store
-from backend.store import runs as run_store
-from backend.store.control import control_of
+from paritywatch.backend.alerts import run_state
+from paritywatch.backend.api.deps import DbDep, EffectsDep, EngineDep, IngestBulkDep, IngestDep, ReadDep
+from paritywatch.backend.schemas import ComponentClose, ComponentCreate, ComponentOut, FingerprintStored, HeartbeatIn, HeartbeatOut
+from paritywatch.backend.store import fingerprints as fp_store
+from paritywatch.backend.store.control import control_of
 
 router = APIRouter(tags=["components"])
 
@@ -18,8 +18,8 @@ router = APIRouter(tags=["components"])
     response_model=ComponentOut,
     summary="Register a process (upsert by side and worker_id)",
 )
-def register_component(run_id: int, body: ComponentCreate, db: DbDep, _: IngestDep) -> ComponentOut:
-    comp = run_store.register_component(db, run_id, body.side, body.worker_id, body.host, body.pid)
+def register_component(run_id: int, body: ComponentCreate, db: DbDep, effects: EffectsDep, _: IngestDep) -> ComponentOut:
+    comp = run_state.register(effects, db, run_id, body.side, body.worker_id, body.host, body.pid)
     return ComponentOut.model_validate(comp, from_attributes=True)
 
 
@@ -28,8 +28,25 @@ def register_component(run_id: int, body: ComponentCreate, db: DbDep, _: IngestD
     response_model=HeartbeatOut,
     summary="Heartbeat; answers with the run's control state",
 )
-def heartbeat(run_id: int, component_id: int, db: DbDep, _: IngestDep) -> HeartbeatOut:
-    run = run_store.heartbeat(db, run_id, component_id)
+def heartbeat(run_id: int, component_id: int, db: DbDep, effects: EffectsDep, _: IngestDep,
+              body: HeartbeatIn | None = None) -> HeartbeatOut:
+    """The body (optional) says how far along the process is: its policy version and throughput,
+    shown in `GET /runs/{id}/workers`. A beat without one leaves the version as it was."""
+    progress = body if body is not None else HeartbeatIn()
+    return HeartbeatOut(control=run_state.heartbeat(effects, db, run_id, component_id, progress.model_dump()))
+
+
+@router.post(
+    "/runs/{run_id}/components/{component_id}/close",
+    response_model=HeartbeatOut,
+    summary="The process ends cleanly (idempotent); the trainer closing finishes the run",
+)
+def close_component(run_id: int, component_id: int, db: DbDep, effects: EffectsDep, _: IngestDep,
+                    body: ComponentClose | None = None) -> HeartbeatOut:
+    """`live` or `lost` -> `closed`: no `heartbeat_lost` for it, and an open one resolves. The last
+    trainer closing makes a running or paused run `finished` (a stopping one `stopped`)."""
+    reason = body.reason if body is not None else None
+    run = run_state.close(effects, db, run_id, component_id, reason)
     return HeartbeatOut(control=control_of(run))
 
 
@@ -39,10 +56,10 @@ def heartbeat(run_id: int, component_id: int, db: DbDep, _: IngestDep) -> Heartb
     summary="Attach a processor fingerprint (full object, or {digest} of a known one)",
 )
 def post_fingerprint(
-    run_id: int, component_id: int, request: Request, db: DbDep, _: IngestDep, body: dict[str, Any] = Body(...)
+    run_id: int, component_id: int, db: DbDep, engine: EngineDep, _: IngestBulkDep, body: dict[str, Any] = Body(...)
 ) -> FingerprintStored:
     digest, stored = fp_store.attach_fingerprint(db, run_id, component_id, body)
-    request.app.state.engine.on_fingerprint(run_id)
+    engine.on_fingerprint(run_id)
     return FingerprintStored(digest=digest, stored=stored)
 
 

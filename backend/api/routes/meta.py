@@ -1,111 +1,104 @@
 """whoami, the live event stream, and Prometheus metrics."""
 from __future__ import annotations
 
-import asyncio
 import json
+from typing import Annotated
 
-from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse, StreamingResponse
-from sqlalchemy import func, select
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sse_starlette import EventSourceResponse
 
-from backend.api.deps import ReadDep, ReadOrIngestDep
-from backend.models import Alert, Component, Run, WebhookDelivery
-from backend.schemas import WhoAmI
-from backend.store.control import control_of
-from backend.store.runs import get_run
+from paritywatch.backend.api.deps import OpenModeDep, ReadDep, ReadOrIngestDep, StreamsDep, app_service, require
+from paritywatch.backend.control_watch import ControlWatcher
+from paritywatch.backend.db import Database
+from paritywatch.backend.models import RUN_STATES
+from paritywatch.backend.schemas import WhoAmI
+from paritywatch.backend.store.observability import service_counts
+from trainer_hooks.contract import SEVERITIES
 
 router = APIRouter(tags=["meta"])
-STREAM_INTERVAL_S = 0.5
 PING_EVERY_S = 15.0
+DELIVERY_STATES = ("pending", "delivered", "failed")
 
 
 @router.get("/whoami", response_model=WhoAmI, summary="The caller's identity and scopes")
-def whoami(request: Request, who: ReadOrIngestDep) -> WhoAmI:
-    return WhoAmI(name=who.name, scopes=sorted(who.scopes), open_mode=request.app.state.open_mode.is_open())
-
-
-def run_snapshot(db, run_id: int) -> dict:  # noqa: ANN001
-    with db.read() as s:
-        run = get_run(s, run_id)
-        firing = dict(s.execute(
-            select(Alert.severity, func.count()).where(Alert.run_id == run_id, Alert.status != "resolved")
-            .group_by(Alert.severity)).all())
-        alerts_version = s.execute(
-            select(func.count(), func.max(Alert.updated_at)).where(Alert.run_id == run_id)).one()
-        comps = s.execute(
-            select(func.count(), func.max(Component.started_at), func.count(Component.fingerprint_digest))
-            .where(Component.run_id == run_id)).one()
-        control = control_of(run)
-        control["updated_at"] = control["updated_at"].isoformat()
-        return {
-            "last_step": run.last_step,
-            "control": control,
-            "firing_alerts": firing,
-            "alerts_version": f"{alerts_version[0]}:{alerts_version[1]}",
-            "components_version": f"{comps[0]}:{comps[1]}:{comps[2]}",
-        }
+def whoami(who: ReadOrIngestDep, open_mode: OpenModeDep) -> WhoAmI:
+    return WhoAmI(name=who.name, scopes=sorted(who.scopes), open_mode=open_mode.is_open())
 
 
 @router.get("/runs/{run_id}/stream", summary="Server-sent events: the run's live summary")
-async def stream(run_id: int, request: Request, _: ReadDep) -> StreamingResponse:
-    db = request.app.state.db
-    first = await run_in_threadpool(run_snapshot, db, run_id)  # 404 before the stream starts
+async def stream(run_id: int, request: Request, who: ReadDep, hub: StreamsDep) -> EventSourceResponse:
+    sub = await hub.subscribe(run_id, who)  # 404 / 429 before the stream starts
 
     async def events():
-        last, since_ping = None, 0.0
-        snap = first
-        while not await request.is_disconnected():
-            if snap != last:
-                yield f"event: run\ndata: {json.dumps(snap)}\n\n"
-                last, since_ping = snap, 0.0
-            elif since_ping >= PING_EVERY_S:
-                yield ": ping\n\n"
-                since_ping = 0.0
-            await asyncio.sleep(STREAM_INTERVAL_S)
-            since_ping += STREAM_INTERVAL_S
-            try:
-                snap = await run_in_threadpool(run_snapshot, db, run_id)
-            except Exception:  # database blip: keep the stream, try again next tick
-                continue
+        try:
+            yield {"event": "run", "data": json.dumps(sub.latest)}
+            while (snapshot := await sub.next()) is not None:
+                yield {"event": "run", "data": json.dumps(snapshot)}
+            yield {"event": "end", "data": json.dumps({"reason": sub.ended})}
+        finally:
+            hub.unsubscribe(sub)
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return EventSourceResponse(events(), ping=PING_EVERY_S, sep="\n",
+                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def prometheus_text(db, counters) -> str:  # noqa: ANN001
-    lines = []
+class IngestCounters:
+    """Process-local ingest counters, exported by prometheus-client."""
 
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[dict, float]]) -> None:
-        lines.append(f"# HELP {name} {help_}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
-            lines.append(f"{name}{{{lab}}} {value}" if lab else f"{name} {value}")
+    def __init__(self, registry: CollectorRegistry):
+        self.points = Counter("paritywatch_ingest_points", "Metric points stored by this process.", registry=registry)
+        self.batches = Counter("paritywatch_ingest_batches", "Metric batches received by this process.",
+                               registry=registry)
+        self.duplicates = Counter("paritywatch_ingest_duplicate_batches", "Replayed batches ignored by this process.",
+                                  registry=registry)
 
-    with db.read() as s:
-        runs = dict(s.execute(select(Run.control_state, func.count()).group_by(Run.control_state)).all())
-        alerts = dict(s.execute(select(Alert.severity, func.count()).where(Alert.status != "resolved")
-                                .group_by(Alert.severity)).all())
-        hooks = dict(s.execute(select(WebhookDelivery.status, func.count()).group_by(WebhookDelivery.status)).all())
-    metric("paritywatch_runs", "gauge", "Runs by control state.",
-           [({"state": st}, runs.get(st, 0)) for st in ("running", "paused", "stopping", "stopped")])
-    metric("paritywatch_alerts_open", "gauge", "Open (firing or acknowledged) alerts by severity.",
-           [({"severity": sv}, alerts.get(sv, 0)) for sv in ("error", "warning", "info")])
-    metric("paritywatch_webhook_deliveries", "gauge", "Webhook deliveries by outcome.",
-           [({"status": st}, hooks.get(st, 0)) for st in ("pending", "delivered", "failed")])
-    metric("paritywatch_ingest_points_total", "counter", "Metric points stored by this process.", [({}, counters.points)])
-    metric("paritywatch_ingest_batches_total", "counter", "Metric batches received by this process.", [({}, counters.batches)])
-    metric("paritywatch_ingest_duplicate_batches_total", "counter", "Replayed batches ignored by this process.",
-           [({}, counters.duplicates)])
-    return "\n".join(lines) + "\n"
+    def record_ingest(self, points: int, duplicate: bool) -> None:
+        self.batches.inc()
+        self.points.inc(points)
+        if duplicate:
+            self.duplicates.inc()
+
+
+CountersDep = Annotated[IngestCounters, Depends(app_service("counters"))]
+
+
+class StoreCollector(Collector):
+    """Gauges read from the database at scrape time."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def collect(self):  # noqa: ANN201
+        counts = service_counts(self.db)
+        yield _gauge("paritywatch_runs", "Runs by control state.", "state", RUN_STATES, counts["runs"])
+        yield _gauge("paritywatch_alerts_open", "Open (firing or acknowledged) alerts by severity.", "severity",
+                     SEVERITIES, counts["alerts"])
+        yield _gauge("paritywatch_webhook_deliveries", "Webhook deliveries by outcome.", "status", DELIVERY_STATES,
+                     counts["deliveries"])
+
+
+def _gauge(name: str, help_: str, label: str, known: tuple[str, ...], values: dict) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, help_, labels=[label])
+    for value in dict.fromkeys([*known, *values]):  # known ones always (0 too), new ones as they appear
+        family.add_metric([str(value)], values.get(value, 0))
+    return family
+
+
+def make_registry(db: Database, control_watcher: ControlWatcher) -> tuple[CollectorRegistry, IngestCounters]:
+    """One registry per app (tests build many apps in one process)."""
+    registry = CollectorRegistry(auto_describe=False)
+    counters = IngestCounters(registry)
+    registry.register(StoreCollector(db))
+    Gauge("paritywatch_control_long_polls", "Hooks long-polling for pause/resume/stop in this process.",
+          registry=registry).set_function(control_watcher.waiting)
+    return registry, counters
 
 
 def add_prometheus(app) -> None:  # noqa: ANN001
-    from backend.api.deps import require
-    from fastapi import Depends
-
     @app.get("/metrics", include_in_schema=False, dependencies=[Depends(require("read"))])
-    def prometheus() -> PlainTextResponse:
-        text = prometheus_text(app.state.db, app.state.counters)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    def prometheus() -> Response:
+        return Response(generate_latest(app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,29 +1,21 @@
 from __future__ import annotations
 
-import email.message
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from backend.api.deps import IngestDep, MetricsDep, ReadDep
-from backend.schemas import MAX_STEP, MetricBatch, MetricBatchResult, MetricKeyList, MetricKeyOut, SeriesOut
-from backend.store.metrics import prepare_batch
+from paritywatch.backend.api.deps import EngineDep, IngestBulkDep, MetricsDep, ReadDep, SettingsDep
+from paritywatch.backend.api.query import KeysPage, encode_cursor
+from paritywatch.backend.api.routes.meta import CountersDep
+from paritywatch.backend.middleware import is_json_type
+from paritywatch.backend.schemas import MetricBatch, MetricBatchResult, MetricKeyList, MetricKeyOut, SeriesOut, SeriesTimesOut
+from paritywatch.backend.store.jobs import Job
+from paritywatch.backend.store.metrics import prepare_batch
+from trainer_hooks.contract import MAX_KEY_LENGTH, MAX_STEP
 
 router = APIRouter(prefix="/runs/{run_id}", tags=["metrics"])
-
-
-def _is_json(content_type: str | None) -> bool:
-    """The content types FastAPI itself parses as JSON (none given counts as JSON)."""
-    if not content_type:
-        return True
-    message = email.message.Message()
-    message["content-type"] = content_type
-    if message.get_content_maintype() != "application":
-        return False
-    subtype = message.get_content_subtype()
-    return subtype == "json" or subtype.endswith("+json")
 
 
 async def metric_batch(request: Request) -> MetricBatch:
@@ -33,7 +25,7 @@ async def metric_batch(request: Request) -> MetricBatch:
     body = await request.body()
     if not body:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
-    if not _is_json(request.headers.get("content-type")):
+    if not is_json_type(request.headers.get("content-type")):  # the guard answers 415 first
         raise RequestValidationError([{
             "type": "model_attributes_type", "loc": ("body",),
             "msg": "Input should be a valid dictionary or object to extract fields from", "input": None,
@@ -51,32 +43,51 @@ _BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
 
 @router.post("/metrics", response_model=MetricBatchResult, summary="Post a columnar metric batch (idempotent)",
              openapi_extra=_BODY_DOC)
-def post_metrics(run_id: int, request: Request, store: MetricsDep, _: IngestDep,
-                 batch: Annotated[MetricBatch, Depends(metric_batch)]) -> MetricBatchResult:
-    settings = request.app.state.settings
+def post_metrics(run_id: int, store: MetricsDep, settings: SettingsDep, engine: EngineDep, counters: CountersDep,
+                 _: IngestBulkDep, batch: Annotated[MetricBatch, Depends(metric_batch)]) -> MetricBatchResult:
     prepared = prepare_batch(batch.steps, batch.series, settings.max_points_per_batch, settings.max_key_length)
-    stored = store.ingest(run_id, batch.client_id, batch.seq, prepared)
-    request.app.state.counters.record_ingest(prepared.accepted if stored else 0, not stored)
-    if not stored:
+    watched = engine.watched_keys(run_id, set(prepared.points))
+    result = store.ingest_batch(run_id, batch.client_id, batch.seq, prepared, detect_keys=watched,
+                                component_id=batch.component_id)
+    counters.record_ingest(prepared.accepted if result.stored else 0, not result.stored)
+    if not result.stored:
+        # A replay: if the first attempt's evaluation failed, its job is still queued. Do it now.
+        engine.process_pending(run_id=run_id)
         return MetricBatchResult(accepted=0, skipped_nonfinite=0, duplicate=True)
-    request.app.state.engine.on_metrics(run_id, set(prepared.points))
+    if result.job_id is not None:  # written with the batch: evaluated exactly once (backend/detect/engine.py)
+        engine.evaluate(Job(result.job_id, run_id, "metrics", tuple(watched), prepared.spans(watched)))
     return MetricBatchResult(accepted=prepared.accepted, skipped_nonfinite=prepared.skipped, duplicate=False)
 
 
-@router.get("/metrics", response_model=MetricKeyList, summary="The run's metric keys with counts")
-def list_keys(run_id: int, store: MetricsDep, _: ReadDep) -> MetricKeyList:
-    keys = store.keys(run_id)
-    return MetricKeyList(keys=[MetricKeyOut.model_validate(k, from_attributes=True) for k in keys])
+@router.get("/metrics", response_model=MetricKeyList, summary="The run's metric keys with counts, by name (paginated)")
+def list_keys(run_id: int, store: MetricsDep, _: ReadDep, page: KeysPage) -> MetricKeyList:
+    keys, after = store.keys(run_id, page)
+    return MetricKeyList(keys=[MetricKeyOut.model_validate(k, from_attributes=True) for k in keys],
+                         next_cursor=encode_cursor(after))
 
 
 @router.get("/series", response_model=SeriesOut, summary="One series downsampled in SQL (min/max/last per bucket)")
 def read_series(
     run_id: int,
     store: MetricsDep,
+    settings: SettingsDep,
     _: ReadDep,
-    key: Annotated[str, Query(min_length=1, max_length=200)],
+    key: Annotated[str, Query(min_length=1, max_length=MAX_KEY_LENGTH)],
     points: Annotated[int, Query(ge=1, le=20_000)] = 1000,
     step_min: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
     step_max: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
 ) -> SeriesOut:
-    return SeriesOut(**store.series(run_id, key, points, step_min, step_max))
+    limit = settings.max_read_raw_points
+    return SeriesOut(**store.series(run_id, key, points, step_min, step_max, limit))
+
+
+@router.get("/series/times", response_model=SeriesTimesOut,
+            summary="When the batches carrying one series arrived: step to seconds since the run was created")
+def read_series_times(
+    run_id: int,
+    store: MetricsDep,
+    _: ReadDep,
+    key: Annotated[str, Query(min_length=1, max_length=MAX_KEY_LENGTH)],
+    points: Annotated[int, Query(ge=1, le=20_000)] = 1000,
+) -> SeriesTimesOut:
+    return SeriesTimesOut(**store.step_times(run_id, key, points))

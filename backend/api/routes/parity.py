@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from backend.api.deps import DbDep, ReadDep
-from backend.detect.parity import compute_parity
-from backend.store import fingerprints as fp_store
-from backend.store.runs import load_run
+from paritywatch.backend.api.deps import DbDep, ReadDep
+from paritywatch.backend.detect.parity import compute_parity
+from paritywatch.backend.store import fingerprints as fp_store
+from paritywatch.backend.store.runs import load_run
 
 router = APIRouter(tags=["parity"])
 

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
-from sqlalchemy import select
+from fastapi import APIRouter, Response
 
-from backend.api.deps import AdminDep, DbDep, ReadDep
-from backend.errors import NotFound
-from backend.models import Rule
-from backend.schemas import RuleIn, RuleList, RuleOut, RulePatch
-from backend.store.runs import get_run
+from paritywatch.backend.alerts import lifecycle
+from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, EngineDep, ReadDep
+from paritywatch.backend.models import Rule
+from paritywatch.backend.schemas import RuleIn, RuleList, RuleOut, RulePatch
+from paritywatch.backend.store import rules as rule_store
 
 router = APIRouter(tags=["rules"])
 
@@ -18,53 +17,38 @@ def _out(rule: Rule) -> RuleOut:
 
 @router.get("/runs/{run_id}/rules", response_model=RuleList, summary="A run's rules and its project's defaults")
 def list_rules(run_id: int, db: DbDep, _: ReadDep) -> RuleList:
-    with db.read() as s:
-        run = get_run(s, run_id)
-        q = select(Rule).where((Rule.run_id == run_id) | ((Rule.run_id.is_(None)) & (Rule.project == run.project)))
-        return RuleList(rules=[_out(r) for r in s.scalars(q.order_by(Rule.id))])
+    return RuleList(rules=[_out(r) for r in rule_store.rules_of_run(db, run_id)])
 
 
 @router.post("/runs/{run_id}/rules", response_model=RuleOut, summary="Add a rule to a run")
-def add_run_rule(run_id: int, body: RuleIn, request: Request, db: DbDep, _: AdminDep) -> RuleOut:
-    with db.write() as s:
-        get_run(s, run_id)
-        rule = Rule(run_id=run_id, **body.model_dump())
-        s.add(rule)
-        s.flush()
-    request.app.state.engine.forget_rules(run_id)
+def add_run_rule(run_id: int, body: RuleIn, db: DbDep, engine: EngineDep, _: AdminDep) -> RuleOut:
+    rule = rule_store.add_rule(db, body.model_dump(), run_id=run_id)
+    engine.forget_rules(run_id)
     return _out(rule)
 
 
 @router.post("/projects/{project}/rules", response_model=RuleOut, summary="Add a rule for every run of a project")
-def add_project_rule(project: str, body: RuleIn, request: Request, db: DbDep, _: AdminDep) -> RuleOut:
-    with db.write() as s:
-        rule = Rule(project=project, **body.model_dump())
-        s.add(rule)
-        s.flush()
-    request.app.state.engine.forget_rules()
+def add_project_rule(project: str, body: RuleIn, db: DbDep, engine: EngineDep, _: AdminDep) -> RuleOut:
+    rule = rule_store.add_rule(db, body.model_dump(), project=project)
+    engine.forget_rules()
     return _out(rule)
 
 
 @router.patch("/rules/{rule_id}", response_model=RuleOut, summary="Enable, disable or retune a rule")
-def patch_rule(rule_id: int, body: RulePatch, request: Request, db: DbDep, _: AdminDep) -> RuleOut:
-    with db.write() as s:
-        rule = _get(s, rule_id)
-        for field, value in body.model_dump(exclude_none=True).items():
-            setattr(rule, field, value)
-    request.app.state.engine.forget_rules()
+def patch_rule(rule_id: int, body: RulePatch, db: DbDep, effects: EffectsDep, engine: EngineDep,
+               who: AdminDep) -> RuleOut:
+    with effects.write(db) as s:
+        rule = rule_store.update_rule_in(s, rule_id, body.model_dump(exclude_none=True))
+        if body.enabled is False:
+            lifecycle.resolve_rule_alerts(s, [rule.id], who.name, "its rule was disabled")
+    engine.forget_rules()
     return _out(rule)
 
 
 @router.delete("/rules/{rule_id}", status_code=204, summary="Delete a rule")
-def delete_rule(rule_id: int, request: Request, db: DbDep, _: AdminDep) -> Response:
-    with db.write() as s:
-        s.delete(_get(s, rule_id))
-    request.app.state.engine.forget_rules()
+def delete_rule(rule_id: int, db: DbDep, effects: EffectsDep, engine: EngineDep, who: AdminDep) -> Response:
+    with effects.write(db) as s:
+        lifecycle.resolve_rule_alerts(s, [rule_id], who.name, "its rule was deleted")
+        rule_store.delete_rule_in(s, rule_id)
+    engine.forget_rules()
     return Response(status_code=204)
-
-
-def _get(s, rule_id: int) -> Rule:  # noqa: ANN001
-    rule = s.get(Rule, rule_id)
-    if rule is None:
-        raise NotFound(f"rule {rule_id} does not exist")
-    return rule

@@ -1,16 +1,26 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from backend.api.deps import DbDep, IngestDep, ReadDep
-from backend.schemas import ComponentOut, RunCreate, RunList, RunOut
-from backend.store import runs as run_store
-from backend.store.control import control_of
+from fastapi import APIRouter, Query, Response
+
+from paritywatch.backend.api.deps import AdminDep, DbDep, EngineDep, IngestDep, JanitorDep, ReadDep, SettingsDep, require_project
+from paritywatch.backend.api.query import DeletionsPage, RunsPage, encode_cursor
+from paritywatch.backend.detect import packs as pack_catalog
+from paritywatch.backend.detect.rules import BUILTIN_RULES
+from paritywatch.backend.models import ENDED_RUN_STATES
+from paritywatch.backend.schemas import ComponentOut, ControlStateName, PackSuggestion, RunCreate, RunDeletionList, RunDeletionOut, RunList, RunOut
+from paritywatch.backend.store import packs as pack_store
+from paritywatch.backend.store import retention
+from paritywatch.backend.store import runs as run_store
+from paritywatch.backend.store.control import control_of
 
 router = APIRouter(prefix="/runs", tags=["runs"])
+deletions = APIRouter(prefix="/run-deletions", tags=["runs"])
+StateFilter = Annotated[ControlStateName | None, Query(description="Only runs in this state")]
 
 
-def run_out(run, components=(), firing=None) -> RunOut:  # noqa: ANN001
+def run_out(run, components=(), firing=None, packs=(), suggested=()) -> RunOut:  # noqa: ANN001
     return RunOut(
         id=run.id,
         name=run.name,
@@ -22,22 +32,33 @@ def run_out(run, components=(), firing=None) -> RunOut:  # noqa: ANN001
         control=control_of(run),
         components=[ComponentOut.model_validate(c, from_attributes=True) for c in components],
         firing_alerts=firing or {},
+        ended_at=run.control_updated_at if run.control_state in (*ENDED_RUN_STATES, "crashed") else None,
+        packs=list(packs),
+        suggested_packs=[PackSuggestion(pack=x.pack, keys=list(x.keys), message=x.message) for x in suggested],
     )
 
 
 @router.post("", response_model=RunOut, summary="Create a run, or get it if (project, name) exists")
-def create_or_get_run(body: RunCreate, db: DbDep, _: IngestDep) -> RunOut:
-    run = run_store.create_or_get_run(db, body.name, body.project, body.tags, body.config)
+def create_or_get_run(body: RunCreate, db: DbDep, settings: SettingsDep, engine: EngineDep, who: IngestDep) -> RunOut:
+    require_project(who, body.project)
+    max_config = settings.max_run_config_bytes
+    run = run_store.create_or_get_run(db, body.name, body.project, body.tags, body.config, max_config,
+                                      default_rules=BUILTIN_RULES, packs=body.packs, pack_rules=pack_catalog.rules_of)
+    if body.packs:
+        engine.forget_rules(run.id)
     return _detailed(db, run)
 
 
-@router.get("", response_model=RunList, summary="List runs, newest first")
-def list_runs(db: DbDep, _: ReadDep, project: str | None = None, state: str | None = None) -> RunList:
-    runs = run_store.list_runs(db, project, state)
+@router.get("", response_model=RunList, summary="List runs, newest first (paginated)")
+def list_runs(db: DbDep, _: ReadDep, page: RunsPage, project: str | None = None, state: StateFilter = None) -> RunList:
+    runs, after = run_store.list_runs(db, project, state, page)
     ids = [r.id for r in runs]
     comps = run_store.components_of(db, ids)
     firing = run_store.firing_alert_counts(db, ids)
-    return RunList(runs=[run_out(r, comps[r.id], firing[r.id]) for r in runs])
+    with db.read() as s:
+        packs = pack_store.enabled_for_runs(s, [(r.id, r.project) for r in runs])
+    return RunList(runs=[run_out(r, comps[r.id], firing[r.id], packs[r.id]) for r in runs],
+                   next_cursor=encode_cursor(after))
 
 
 @router.get("/{run_id}", response_model=RunOut, summary="One run with its components and control state")
@@ -45,7 +66,28 @@ def get_run(run_id: int, db: DbDep, _: ReadDep) -> RunOut:
     return _detailed(db, run_store.load_run(db, run_id))
 
 
+@router.delete("/{run_id}", status_code=204, summary="Delete a run with all its data (admin)")
+def delete_run(run_id: int, db: DbDep, janitor: JanitorDep, who: AdminDep,
+               reason: Annotated[str | None, Query(max_length=2000)] = None) -> Response:
+    """The run is gone for the API at once (404, ingest refused, its name free); its points,
+    roll-ups, alerts and webhook deliveries are removed in the background in small steps that do
+    not stall ingest. `GET /run-deletions` keeps the record."""
+    retention.request_deletion(db, run_id, who.name, reason)
+    janitor.wake()
+    return Response(status_code=204)
+
+
+@deletions.get("", response_model=RunDeletionList, summary="Run deletions, newest first (paginated)")
+def list_deletions(db: DbDep, _: ReadDep, page: DeletionsPage) -> RunDeletionList:
+    rows, after = retention.list_deletions(db, page)
+    return RunDeletionList(deletions=[RunDeletionOut.model_validate(d, from_attributes=True) for d in rows],
+                           next_cursor=encode_cursor(after))
+
+
 def _detailed(db, run) -> RunOut:  # noqa: ANN001
     comps = run_store.components_of(db, [run.id])[run.id]
     firing = run_store.firing_alert_counts(db, [run.id])[run.id]
-    return run_out(run, comps, firing)
+    with db.read() as s:
+        packs = pack_store.enabled_for_runs(s, [(run.id, run.project)])[run.id]
+        posted = pack_store.keys_present(s, run.id, pack_catalog.all_keys())
+    return run_out(run, comps, firing, packs, pack_catalog.suggest(posted, set(packs)))

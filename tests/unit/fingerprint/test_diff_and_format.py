@@ -66,6 +66,14 @@ def test_broken_values_still_give_a_verdict():
     assert (result["verdict"], result["components"][0]["name"]) == ("error", "vocab")
 
 
+def test_behavior_values_that_share_no_probe_are_an_error_not_a_pass():
+    a = assemble("tokenizer", {"behavior": {"encode": [[1]], "chat": None}}, {})
+    for garbage in ("garbage", {}, {"encode": "x"}):
+        b = assemble("tokenizer", {"behavior": garbage}, {})
+        result = diff_fingerprints(a, b)
+        assert (result["verdict"], result["components"][0]["name"]) == ("error", "behavior"), garbage
+
+
 def _fp(**values):
     base = {"behavior": {"encode": [[1, 2]]}, "decoder": {"type": "ByteLevel"}, "runtime": {"padding_side": "right"}}
     return assemble("tokenizer", {**base, **values}, {"class": "X"})

@@ -30,7 +30,12 @@ def test_trl_bug_custom_template_on_trainer_default_on_worker(tmp_path, load, fp
 def test_no_chat_template_on_one_side(tmp_path, load, fp):
     result = _diff(tmp_path, load, fp, chat_template=None)
     assert result["verdict"] == "error"
-    assert "chat_template" in names(result, "error")
+    assert {"chat_template", "behavior"} <= names(result, "error")
+    behavior = next(c for c in result["components"] if c["name"] == "behavior")
+    assert behavior["detail"]["sample"][0] == {"part": "chat", "probe": "no chat template", "a": "18 probes reported",
+                                               "b": "no chat template: nothing rendered"}
+    template = next(c for c in result["components"] if c["name"] == "chat_template")
+    assert template["detail"]["unified_diff"].startswith("--- a/chat_template\n+++ /dev/null\n")
 
 
 def test_added_special_token(tmp_path, load, fp):

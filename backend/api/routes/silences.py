@@ -1,0 +1,53 @@
+"""Silences: mute notifications of a run, a project or an alert kind for a while. Muted alerts
+still fire and show (marked); their notifications wait until the silence ends."""
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, NotifierDep, ReadDep
+from paritywatch.backend.models import Silence, utcnow
+from paritywatch.backend.schemas import SilenceIn, SilenceList, SilenceOut
+from paritywatch.backend.store import notifications as notification_store
+from paritywatch.backend.store import silences as store
+from paritywatch.backend.store.runs import get_run
+
+router = APIRouter(prefix="/silences", tags=["silences"])
+log = logging.getLogger("paritywatch.silences")
+StateFilter = Annotated[Literal["active", "expired", "all"], Query()]
+
+
+def _out(silence: Silence) -> SilenceOut:
+    return SilenceOut.model_validate({**{c: getattr(silence, c) for c in SilenceOut.model_fields if c != "active"},
+                                      "active": silence.starts_at <= utcnow() < silence.ends_at})
+
+
+@router.post("", response_model=SilenceOut, summary="Mute a run, a project or an alert kind for a duration (admin)")
+def create_silence(body: SilenceIn, db: DbDep, effects: EffectsDep, notifier: NotifierDep, who: AdminDep) -> SilenceOut:
+    with effects.write(db) as s:
+        if body.run_id is not None:
+            get_run(s, body.run_id)
+        silence = store.create(s, run_id=body.run_id, project=body.project, kind=body.kind,
+                               duration_s=body.duration_s, created_by=who.name, reason=body.reason)
+    log.info("silence %s created by %s until %s: %s", silence.id, who.name, silence.ends_at.isoformat(), body.reason)
+    notifier.wake()
+    return _out(silence)
+
+
+@router.get("", response_model=SilenceList, summary="Silences, newest first (with run_id: those that can match its alerts)")
+def list_silences(db: DbDep, _: ReadDep, state: StateFilter = "active", run_id: int | None = None) -> SilenceList:
+    with db.read() as s:
+        run = get_run(s, run_id) if run_id is not None else None
+        return SilenceList(silences=[_out(x) for x in store.listing(s, state, utcnow(), run)])
+
+
+@router.post("/{silence_id}/expire", response_model=SilenceOut, summary="End a silence now (admin)")
+def expire_silence(silence_id: int, db: DbDep, effects: EffectsDep, notifier: NotifierDep, who: AdminDep) -> SilenceOut:
+    with effects.write(db) as s:
+        silence = store.expire(s, silence_id, who.name)
+        notification_store.recheck_waiting(s, utcnow())  # what it muted may be due now
+    log.info("silence %s ended by %s", silence_id, who.name)
+    notifier.wake()
+    return _out(silence)

@@ -1,0 +1,200 @@
+"""Metric points as stored: packing a validated batch into raw chunks and roll-up rows, and
+decoding chunks back into points.
+
+Raw points land in `metric_chunks`, packed: one row per series per batch (and per window of
+2**12 steps), steps and values as little-endian int64/float64 bytes. Each batch also folds its
+points into `metric_rollups` at bucket widths 16, 256, 4096 and 65536 steps.
+
+Dense chunks (>= DENSE_CHUNK points, i.e. from big batches) skip the 16-step level: their raw
+rows are already as compact as its roll-ups would be (one row per >= 256 points), and that level
+is ~85% of the roll-up rows a big batch writes. Reads (backend/store/metric_reads.py) count every
+point exactly once either way.
+
+All the arithmetic happens here, before the write touches the database.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paritywatch.backend.store.jobs import BatchSpan
+from paritywatch.backend.store.metric_validation import check_batch
+
+ROLLUP_BASE = 16
+ROLLUP_LEVELS = (1, 2, 3, 4)  # bucket width = 16 ** level
+CHUNK_SHIFT = 12  # a chunk's steps all lie in one window [k * 4096, (k + 1) * 4096)
+# A chunk of at least this many points writes no level-1 roll-ups (see the module docstring).
+# Migration 0002 relies on this value: changing it needs a migration that rebuilds level 1.
+DENSE_CHUNK = 256
+STEP_DTYPE, VALUE_DTYPE = np.dtype("<i8"), np.dtype("<f8")
+
+
+def rollup_width(level: int) -> int:
+    return ROLLUP_BASE**level
+
+
+@dataclass
+class KeyRows:
+    """One series of a prepared batch, everything but its series id computed."""
+
+    chunks: list[tuple] = field(default_factory=list)  # (step_min, step_max, count, steps, vals)
+    rollups: list[tuple] = field(default_factory=list)  # (level, bucket, min, max, last_step, last_value, count)
+    stats: tuple = ()  # (count, first_step, last_step, last_value)
+    extremes: tuple = ()  # (min, max) of the batch's values: what a rule judges (backend/store/jobs.py)
+
+
+@dataclass
+class PreparedBatch:
+    """A validated batch: per key with at least one finite value, its rows ready to write."""
+
+    points: dict[str, KeyRows]
+    accepted: int
+    skipped: int
+    last_step: int | None = None
+
+    def spans(self, keys: list[str]) -> dict[str, BatchSpan]:
+        """What the batch brought for each of `keys` that it has: the input of a rule evaluation."""
+        return {k: BatchSpan(kr.stats[1], kr.stats[2], *kr.extremes) for k in keys
+                if (kr := self.points.get(k)) is not None}
+
+
+def prepare_batch(steps: list[int], series: dict[str, list], max_points: int, max_key: int) -> PreparedBatch:
+    """Validate everything before any write (a rejected batch leaves no rows), then pack."""
+    check_batch(steps, series, max_points, max_key)
+    n_steps = len(steps)
+    total = n_steps * len(series)
+    if not series or not n_steps:
+        return PreparedBatch({}, 0, 0)
+    st = np.asarray(steps, dtype=STEP_DTYPE)
+    if n_steps > 1 and not bool((st[1:] >= st[:-1]).all()):
+        order = np.argsort(st, kind="stable")  # stable: of equal steps the later one is "last"
+        st = st[order]
+    else:
+        order = None
+    keys = list(series)
+    # None -> NaN; every row then has n_steps floats
+    vals = np.array([series[k] for k in keys], dtype=VALUE_DTYPE).reshape(len(keys), n_steps)
+    if order is not None:
+        vals = vals[:, order]
+    finite = np.isfinite(vals)
+    out: dict[str, KeyRows] = {}
+    if bool(finite.all()):
+        _fold(keys, st, vals, out)
+        skipped = 0
+    else:
+        counts = finite.sum(axis=1)
+        skipped = total - int(counts.sum())
+        dense = [i for i in range(len(keys)) if counts[i] == n_steps]
+        if dense:
+            _fold([keys[i] for i in dense], st, vals[dense], out)
+        for i in range(len(keys)):
+            if 0 < counts[i] < n_steps:
+                m = finite[i]
+                _fold([keys[i]], st[m], vals[i][m][None, :], out)
+    last = max((kr.stats[2] for kr in out.values()), default=None)
+    return PreparedBatch(out, total - skipped, skipped, last)
+
+
+def group_starts(b: np.ndarray) -> np.ndarray:
+    """Start index of each run of equal values in sorted `b`."""
+    if len(b) == 1:
+        return np.zeros(1, dtype=np.intp)
+    return np.concatenate(([0], np.flatnonzero(b[1:] != b[:-1]) + 1))
+
+
+def _fold(keys: list[str], st: np.ndarray, vals: np.ndarray, out: dict[str, KeyRows]) -> None:
+    """Rows of `keys` (vals: one row per key, all finite, aligned with sorted steps `st`)."""
+    n = len(st)
+    step_list = st.tolist()
+    last_rows = vals[:, -1].tolist()
+    mins, maxs = vals.min(axis=1).tolist(), vals.max(axis=1).tolist()
+    rows = [KeyRows(stats=(n, step_list[0], step_list[-1], last_rows[i]), extremes=(mins[i], maxs[i]))
+            for i in range(len(keys))]
+    # raw chunks: one per window of 2**CHUNK_SHIFT steps
+    ws = group_starts(st >> CHUNK_SHIFT).tolist()
+    we = ws[1:] + [n]
+    sparse = np.zeros(n, dtype=bool)  # points of chunks that get level-1 roll-ups
+    for a, b in zip(ws, we):
+        sb = st[a:b].tobytes()
+        smin, smax = step_list[a], step_list[b - 1]
+        for kr, row in zip(rows, vals[:, a:b]):
+            kr.chunks.append((smin, smax, b - a, sb, row.tobytes()))
+        if b - a < DENSE_CHUNK:
+            sparse[a:b] = True
+    # roll-ups, folded straight from the points; level 1 from the sparse chunks' points only
+    if bool(sparse.all()):
+        _fold_rollups(rows, 1, st, vals)
+    elif bool(sparse.any()):
+        _fold_rollups(rows, 1, st[sparse], vals[:, sparse])
+    for level in ROLLUP_LEVELS[1:]:
+        _fold_rollups(rows, level, st, vals)
+    for k, kr in zip(keys, rows):
+        out[k] = kr
+
+
+def _fold_rollups(rows: list[KeyRows], level: int, st: np.ndarray, vals: np.ndarray) -> None:
+    n = len(st)
+    buckets = st >> (4 * level)
+    starts = group_starts(buckets)
+    ends = np.append(starts[1:], n) - 1
+    bl = buckets[starts].tolist()
+    cnt = np.diff(np.append(starts, n)).tolist()
+    ls = st[ends].tolist()
+    mins = np.minimum.reduceat(vals, starts, axis=1).tolist()
+    maxs = np.maximum.reduceat(vals, starts, axis=1).tolist()
+    lasts = vals[:, ends].tolist()
+    for kr, mn, mx, lv in zip(rows, mins, maxs, lasts):
+        kr.rollups.extend(zip([level] * len(bl), bl, mn, mx, ls, lv, cnt))
+
+
+def level1_rollups(st: np.ndarray, vals: np.ndarray) -> list[tuple]:
+    """Level-1 roll-up rows (level, bucket, min, max, last_step, last_value, count) of one
+    series' points, sorted by step."""
+    if not len(st):
+        return []
+    rows = [KeyRows()]
+    _fold_rollups(rows, 1, st, vals[None, :])
+    return rows[0].rollups
+
+
+def decode_chunks(rows) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """(steps, values) of chunk rows (steps blob, vals blob), stably sorted by step: of equal
+    steps the one from the later row comes last."""
+    rows = list(rows)
+    if not rows:
+        return np.empty(0, STEP_DTYPE), np.empty(0, VALUE_DTYPE)
+    st = np.concatenate([np.frombuffer(r[0], dtype=STEP_DTYPE) for r in rows])
+    vs = np.concatenate([np.frombuffer(r[1], dtype=VALUE_DTYPE) for r in rows])
+    if len(rows) > 1 and not bool((st[1:] >= st[:-1]).all()):
+        order = np.argsort(st, kind="stable")
+        st, vs = st[order], vs[order]
+    return st, vs
+
+
+def decode_range(rows, a: int, b: int | None) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """`decode_chunks`, keeping the points with a <= step < b (b None: no upper bound): a chunk
+    row can hold steps on both sides of a range edge."""
+    st, vs = decode_chunks(rows)
+    if len(st):
+        i = int(np.searchsorted(st, a, "left"))
+        j = len(st) if b is None else int(np.searchsorted(st, b, "left"))
+        st, vs = st[i:j], vs[i:j]
+    return st, vs
+
+
+def bucket_raw(st: np.ndarray, vs: np.ndarray, origin: int, width: int) -> list[tuple]:
+    """(tb, min, max, last_step, last_value, count) per bucket of sorted raw points."""
+    if not len(st):
+        return []
+    tb = (st - origin) // width
+    starts = group_starts(tb)
+    ends = np.append(starts[1:], len(st)) - 1
+    return list(zip(
+        tb[starts].tolist(),
+        np.minimum.reduceat(vs, starts).tolist(),
+        np.maximum.reduceat(vs, starts).tolist(),
+        st[ends].tolist(),
+        vs[ends].tolist(),
+        np.diff(np.append(starts, len(st))).tolist(),
+    ))

@@ -1,0 +1,110 @@
+"""The SQL of metric ingest and reads, per database: PostgreSQL and SQLite differ in parameter
+style, LEAST/GREATEST against min/max, and how many roll-up rows one statement merges."""
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from paritywatch.backend.store.metric_packing import CHUNK_SHIFT, DENSE_CHUNK
+
+
+class MetricSql:
+    """Ingest statements for one database dialect, for a DB-API cursor."""
+
+    def __init__(self, dialect: str):
+        self.pg = pg = dialect == "postgresql"
+        self.least, self.greatest = ("LEAST", "GREATEST") if pg else ("min", "max")
+        self.param = p = "%s" if pg else "?"
+        lo, hi = self.least, self.greatest
+        self.claim = (
+            "INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, received_at) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) ON CONFLICT (client_id, seq) DO NOTHING RETURNING id"
+        )
+        self.chunks = (
+            "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p})"
+        )
+        upd = (
+            "ON CONFLICT (series_id, level, bucket) DO UPDATE SET "
+            f"min = {lo}(metric_rollups.min, excluded.min), "
+            f"max = {hi}(metric_rollups.max, excluded.max), "
+            "last_value = CASE WHEN excluded.last_step >= metric_rollups.last_step "
+            "THEN excluded.last_value ELSE metric_rollups.last_value END, "
+            f"last_step = {hi}(metric_rollups.last_step, excluded.last_step), "
+            "count = metric_rollups.count + excluded.count"
+        )
+        cols = "INSERT INTO metric_rollups (series_id, level, bucket, min, max, last_step, last_value, count) "
+        if pg:  # one statement for all rows, in the sorted order of the arrays (lock order)
+            self.rollups = (
+                cols + "SELECT * FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[], %s::float8[], "
+                "%s::bigint[], %s::float8[], %s::bigint[]) " + upd
+            )
+        else:
+            self.rollups = cols + "VALUES (?, ?, ?, ?, ?, ?, ?, ?) " + upd
+        self.stats = (
+            f"UPDATE metric_keys SET count = count + {p}, "
+            f"first_step = CASE WHEN first_step IS NULL THEN {p} ELSE {lo}(first_step, {p}) END, "
+            f"last_value = CASE WHEN last_step IS NULL OR {p} >= last_step THEN {p} ELSE last_value END, "
+            f"last_step = CASE WHEN last_step IS NULL THEN {p} ELSE {hi}(last_step, {p}) END "
+            f"WHERE id = {p}"
+        )
+        self.run = f"UPDATE runs SET last_step = {p} WHERE id = {p} AND (last_step IS NULL OR last_step < {p})"
+        # The run (not being deleted) and, when the batch names one, its component: one lookup.
+        self.target = (
+            f"SELECT r.created_at, r.deleted_at, c.id, r.last_step FROM runs r LEFT JOIN components c ON c.id = {p} "
+            f"AND c.run_id = r.id WHERE r.id = {p}"
+        )
+        self.job = ("INSERT INTO detect_jobs (run_id, kind, payload, created_at) "
+                    f"VALUES ({p}, 'metrics', {p}, CURRENT_TIMESTAMP) RETURNING id")
+
+    def create_keys(self, count: int) -> tuple[str, str]:
+        """(insert, select) of `count` metric keys of one run."""
+        p = self.param
+        return (f"INSERT INTO metric_keys (run_id, key, count) VALUES ({p}, {p}, 0) ON CONFLICT (run_id, key) DO NOTHING",
+                f"SELECT key, id FROM metric_keys WHERE run_id = {p} AND key IN ({', '.join([p] * count)})")
+
+
+def chunks_where(series_id: int, a: int, b: int | None, dense_only: bool, table: str = "") -> tuple[str, dict]:
+    """WHERE clause (and its parameters) of the chunks that may hold steps in [a, b); `table`:
+    the chunks' alias in a join."""
+    t = f"{table}." if table else ""
+    window = (max(a, 0) >> CHUNK_SHIFT) << CHUNK_SHIFT
+    sql = f"WHERE {t}series_id = :sid AND {t}step_min >= :w AND {t}step_max >= :a"
+    params = {"sid": series_id, "w": window, "a": a}
+    if b is not None:
+        sql += f" AND {t}step_min < :b"
+        params["b"] = b
+    if dense_only:
+        sql += f" AND {t}count >= :dense"
+        params["dense"] = DENSE_CHUNK
+    return sql, params
+
+
+def chunk_point_count(s: Session, where: str, params: dict) -> int:
+    return int(s.execute(text(f"SELECT coalesce(sum(count), 0) FROM metric_chunks {where}"), params).scalar())
+
+
+def chunk_rows(s: Session, where: str, params: dict):  # noqa: ANN201
+    """(steps, vals) blobs of the chunks, in the order their batches were written."""
+    return s.execute(text(f"SELECT steps, vals FROM metric_chunks {where} ORDER BY batch_id"), params)
+
+
+# Roll-up rows grouped into the read's wider buckets. Each bucket's last value is the value of
+# its row with the highest last_step, picked by ROW_NUMBER (SQLite and PostgreSQL alike; a bare
+# column next to several min/max aggregates would be an arbitrary row's in SQLite). Rows of one
+# level cover disjoint steps, so last_step never ties between them; bucket DESC makes the order
+# total anyway. Equal steps inside one roll-up row were settled at ingest: the later write wins.
+ROLLUP_BUCKETS = text(
+    "SELECT tb, min(mn), max(mx), max(last_step), max(CASE WHEN rn = 1 THEN last_value END), sum(n) "
+    "FROM (SELECT (bucket * :bw - :o) / :w AS tb, min AS mn, max AS mx, last_step, last_value, count AS n, "
+    "ROW_NUMBER() OVER (PARTITION BY (bucket * :bw - :o) / :w ORDER BY last_step DESC, bucket DESC) AS rn "
+    "FROM metric_rollups WHERE series_id = :sid AND level = :lvl AND bucket >= :ba AND bucket < :bb) r "
+    "GROUP BY tb"
+)
+
+
+def is_fk_violation(exc: Exception) -> bool:
+    name = type(exc).__name__
+    if name == "ForeignKeyViolation":  # psycopg
+        return True
+    return name == "IntegrityError" and "FOREIGN KEY" in str(exc)  # sqlite3

@@ -1,0 +1,55 @@
+"""The live summary of runs that the event stream sends: four grouped queries for any number of
+runs, so one poll per process serves every open dashboard."""
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from paritywatch.backend.db import Database
+from paritywatch.backend.errors import NotFound
+from paritywatch.backend.models import Alert, Component, Run
+from paritywatch.backend.store.control import control_of
+
+
+def run_snapshots(db: Database, run_ids: set[int] | list[int]) -> dict[int, dict]:
+    """run id -> {last_step, control, firing_alerts, alerts_version, components_version}; runs
+    that do not exist are absent."""
+    ids = sorted(set(run_ids))
+    if not ids:
+        return {}
+    with db.read() as s:
+        runs = {r.id: r for r in s.scalars(select(Run).where(Run.id.in_(ids)))}
+        firing: dict[int, dict[str, int]] = {rid: {} for rid in runs}
+        for rid, severity, n in s.execute(
+                select(Alert.run_id, Alert.severity, func.count())
+                .where(Alert.run_id.in_(ids), Alert.status != "resolved").group_by(Alert.run_id, Alert.severity)):
+            firing[rid][severity] = n
+        alerts = {rid: (n, last) for rid, n, last in s.execute(
+            select(Alert.run_id, func.count(), func.max(Alert.updated_at))
+            .where(Alert.run_id.in_(ids)).group_by(Alert.run_id))}
+        # Anything the run page shows of its processes moves this version: one joined, one
+        # fingerprinted, one closed or lost.
+        comps = {row[0]: row[1:] for row in s.execute(
+            select(Component.run_id, func.count(), func.max(Component.started_at), func.count(Component.fingerprint_digest),
+                   func.count(Component.closed_at), func.count(Component.lost_at))
+            .where(Component.run_id.in_(ids)).group_by(Component.run_id))}
+    out = {}
+    for rid, run in runs.items():
+        control = control_of(run)
+        control["updated_at"] = control["updated_at"].isoformat()
+        n_alerts, last_alert = alerts.get(rid, (0, None))
+        comp_counts = comps.get(rid, (0, None, 0, 0, 0))
+        out[rid] = {
+            "last_step": run.last_step,
+            "control": control,
+            "firing_alerts": firing[rid],
+            "alerts_version": f"{n_alerts}:{last_alert}",
+            "components_version": ":".join(str(c) for c in comp_counts),
+        }
+    return out
+
+
+def run_snapshot(db: Database, run_id: int) -> dict:
+    snap = run_snapshots(db, [run_id]).get(run_id)
+    if snap is None:
+        raise NotFound(f"run {run_id} does not exist")
+    return snap

@@ -1,0 +1,121 @@
+"""Dashboard polish seen by a newcomer (issue 17, point 8): what a chart, the metric list and the
+sign-in states look like in a real Chromium."""
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from tests.browser.seed import Seeder
+from tests.support.live import wait_for
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def runs(server):
+    s = Seeder(server.url)
+    tag = uuid.uuid4().hex[:6]
+    single = s.run(f"single-point-{tag}", project="polish")
+    s.metrics(single["id"], [7], {"loss": [0.5]})
+    few = s.run(f"few-steps-{tag}", project="polish")
+    s.metrics(few["id"], [0, 1, 2, 3], {"aa/other": [1, 2, 3, 4], "zz/custom": [4, 3, 2, 1],
+                                        "reward": [0.1, 0.2, 0.3, 0.4], "loss": [2, 1.5, 1.2, 1.1]})
+    alerting = s.run(f"alert-at-step-{tag}", project="polish")
+    # The built-in rule (any prompt re-render mismatch is an error) fires on step 20's batch.
+    s.metrics(alerting["id"], list(range(20)), {"align/prompt_rerender_mismatch_frac": [0.0] * 20})
+    s.metrics(alerting["id"], [20], {"align/prompt_rerender_mismatch_frac": [0.5]})
+    alert = wait_for(lambda: next(iter(httpx.get(f"{server.url}/api/v1/runs/{alerting['id']}/alerts").json()["alerts"]), None),
+                     timeout_s=30)
+    assert alert["step"] == 20
+    return {"single": single["id"], "few": few["id"], "alerting": alerting["id"]}
+
+
+def open_run(page, server, run_id: int) -> None:
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    page.locator("figure.chart .js-plotly-plot").first.wait_for()
+
+
+def chart(page, key: str):
+    loc = page.locator(f"figure.chart[data-key='{key}']")
+    loc.locator(".xtick").first.wait_for()
+    return loc
+
+
+def tick_labels(fig) -> list[str]:
+    return [t.strip().replace(",", "") for t in fig.locator(".xtick text").evaluate_all("els => els.map((e) => e.textContent)")]
+
+
+def test_a_single_point_series_is_drawn_as_a_marker(page, server, runs):
+    open_run(page, server, runs["single"])
+    points = chart(page, "loss").locator(".scatterlayer .point")
+    points.first.wait_for(state="attached")
+    assert points.count() == 1
+    box = points.first.bounding_box()
+    assert box and box["width"] > 2 and box["height"] > 2
+
+
+def test_step_axes_have_whole_step_ticks(page, server, runs):
+    for run_id, keys in ((runs["few"], ("loss", "reward", "aa/other", "zz/custom")), (runs["single"], ("loss",))):
+        open_run(page, server, run_id)
+        for key in keys:
+            labels = tick_labels(chart(page, key))
+            assert len(labels) >= 2, (key, labels)
+            assert all(label.lstrip("-").isdigit() for label in labels), (run_id, key, labels)
+            assert len(set(labels)) == len(labels), labels  # no rounding into repeats either
+
+
+def test_alert_markers_do_not_cover_tick_labels(page, server, runs):
+    open_run(page, server, runs["alerting"])
+    fig = chart(page, "align/prompt_rerender_mismatch_frac")
+    marker = fig.locator(".annotation", has_text="▼").or_(fig.locator(".annotation", has_text="▲"))
+    marker.first.wait_for()
+    box = marker.first.bounding_box()
+    ticks = [fig.locator(".xtick text").nth(i).bounding_box() for i in range(fig.locator(".xtick text").count())]
+    assert "20" in tick_labels(fig)  # the marker's step has a label of its own
+    overlaps = [t for t in ticks if t and not (box["x"] + box["width"] <= t["x"] or t["x"] + t["width"] <= box["x"]
+                                                or box["y"] + box["height"] <= t["y"] or t["y"] + t["height"] <= box["y"])]
+    assert overlaps == []
+
+
+def chart_order(page) -> list[str]:
+    return page.eval_on_selector_all("figure.chart", "els => els.map((e) => e.dataset.key)")
+
+
+def test_common_training_keys_first_and_pinned_metrics_on_top(page, server, runs):
+    open_run(page, server, runs["few"])
+    wait_for(lambda: len(chart_order(page)) == 4)
+    assert chart_order(page)[:2] == ["loss", "reward"]  # before any prefix group, not in a collapsed "(no prefix)"
+    page.get_by_role("button", name="Pin zz/custom").click()
+    wait_for(lambda: chart_order(page)[0] == "zz/custom")
+    assert page.locator("details.chart-group[data-group=pinned]").get_attribute("open") is not None
+    page.reload()  # kept in this browser
+    page.locator("figure.chart").first.wait_for()
+    wait_for(lambda: chart_order(page)[:3] == ["zz/custom", "loss", "reward"])
+    assert page.get_by_role("button", name="Unpin zz/custom").get_attribute("aria-pressed") == "true"
+    page.get_by_role("button", name="Unpin zz/custom").click()
+    wait_for(lambda: chart_order(page)[:2] == ["loss", "reward"])
+
+
+def test_signed_out_runs_page_asks_to_sign_in_instead_of_empty_filters(page, token_server):
+    srv, _ = token_server
+    page.goto(f"{srv.url}/#/runs")
+    page.locator(".error-state[data-status='401']").wait_for()
+    assert page.locator("#view a[href='#/signin']").count() == 1
+    assert page.locator("#view select").count() == 0  # no empty project selector
+    assert page.locator("#view input[type=search]").count() == 0
+
+
+def test_webhooks_page_says_the_missing_scope_once(page, token_server):
+    srv, tokens = token_server
+    page.goto(f"{srv.url}/#/signin")
+    page.fill("#token", tokens["read"])
+    page.click("form.signin button[type=submit]")
+    page.wait_for_url("**/#/runs")
+    page.goto(f"{srv.url}/#/settings")
+    error = page.locator("#view .error-state[data-status='403']")
+    error.wait_for()
+    text = error.inner_text()
+    assert "admin scope" in text
+    assert text.lower().count("scope") == 1, text

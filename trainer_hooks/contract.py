@@ -1,0 +1,288 @@
+"""The wire contract between the hooks and the backend, defined once (docs/design.md, "Wire contract").
+
+Standard library only: the backend imports this module too, and the hooks must work in an image
+that has nothing but the hooks' own dependencies. Change a rule here and both sides follow it.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import re
+from typing import Any
+
+# --------------------------------------------------------------------------- where
+
+API_PREFIX = "/api/v1"
+# A process of a run is one of these sides (`POST /runs/{id}/components`).
+SIDES = ("trainer", "rollout")
+# Severities of alerts and rules, worst first.
+SEVERITIES = ("error", "warning", "info")
+
+# --------------------------------------------------------------------------- metric batches
+
+# Points a batch may carry, counted on the wire: len(steps) * len(series), nulls included.
+MAX_POINTS_PER_BATCH = 100_000
+MAX_KEY_LENGTH = 200
+MAX_NAME_LENGTH = 200  # run, project and worker names
+MAX_STEP = 2**53
+MAX_CLIENT_ID_LENGTH = 64
+MAX_SEQ = 2**62
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f]")
+
+# The hooks report their own losses as this metric, so a gap in a chart is explained on the chart.
+DROPPED_POINTS_KEY = "paritywatch/dropped_points"
+
+
+# Metrics one of many rollout workers posts carry its name as the key's first segment:
+# `worker3/rollout/kl`, `w07/align/kl_k3`, `rollout-012/...` (a segment that ends in digits).
+# Per-worker rules watch every such key of their base key (docs/design.md, "Trend rules").
+_WORKER_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z_-]*\d+$")
+
+
+def split_worker_key(key: str) -> tuple[str | None, str]:
+    """(worker, base key) of a per-worker key; (None, key) for any other key."""
+    head, sep, rest = key.partition("/")
+    if sep and rest and _WORKER_SEGMENT.match(head):
+        return head, rest
+    return None, key
+
+
+# Framework metric packs the backend ships (backend/detect/packs.py has their rules): a run or a
+# project enables them by name (`packs=["verl"]`).
+PACK_NAMES = ("verl", "trl", "slime", "nemo_rl", "skyrl", "prime_rl")
+
+
+def metric_key_problem(key: Any, max_length: int = MAX_KEY_LENGTH) -> str | None:
+    """Why `key` is not a metric key the server accepts, or None when it is one (`max_length`:
+    a server configured with another limit, PARITYWATCH_MAX_KEY_LENGTH)."""
+    if not isinstance(key, str):
+        return f"metric keys are strings, not {type(key).__name__}"
+    if not 0 < len(key) <= max_length:
+        return f"metric keys are 1..{max_length} characters (got {len(key)})"
+    if _CONTROL_CHARACTERS.search(key):
+        return "metric keys contain no control characters"
+    return None
+
+
+def step_value(step: Any) -> int:
+    """A step as the server takes it: an integer in [0, 2**53]. Python and numpy integers pass;
+    bools, floats and strings raise TypeError, out-of-range integers ValueError."""
+    return _whole_number(step, "step", MAX_STEP)
+
+
+def _whole_number(value: Any, what: str, maximum: int) -> int:
+    """`value` as an int in [0, maximum]; TypeError for bools and non-integers, ValueError outside."""
+    if isinstance(value, bool) or _is_bool_dtype(value):
+        raise TypeError(f"a bool is not a {what}")
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"a {what} is an integer, not {type(value).__name__}")
+    number = int(value)
+    if not 0 <= number <= maximum:
+        raise ValueError(f"{what} {number} is outside [0, 2**53]")
+    return number
+
+
+def metric_value(value: Any) -> float | None:
+    """A value as it goes on the wire: a float, or None for null, NaN and +-Infinity (which the
+    server skips and counts; strict JSON has no NaN).
+
+    The server takes JSON numbers only, so this raises TypeError for what it would reject: bools
+    (True is not a number), strings ("2.5" is text), and anything else that is not a real number.
+    Python ints and floats, numpy scalars and 0-d arrays, and one-element torch tensors pass.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bool, str, bytes, complex)) or _is_bool_dtype(value):
+        raise TypeError(f"metric values are numbers, not {type(value).__name__}")
+    if not isinstance(value, numbers.Real) and not hasattr(value, "__float__"):
+        raise TypeError(f"metric values are numbers, not {type(value).__name__}")
+    try:
+        number = float(value)
+    except Exception as exc:  # a many-element array or tensor; torch raises RuntimeError
+        raise TypeError(f"metric values are single numbers: {exc}") from None
+    return number if math.isfinite(number) else None
+
+
+def _is_bool_dtype(value: Any) -> bool:
+    """numpy.bool_ and bool tensors: truth values, not numbers."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and str(dtype) in ("bool", "torch.bool")
+
+
+# --------------------------------------------------------------------------- sampling parity
+
+# The fingerprint component that says how a process samples (rollout: what each request was
+# really served with) or scores (trainer: what its log-prob recompute assumes). docs/fingerprint.md.
+SAMPLING_PARAMS_COMPONENT = "sampling_params"
+# Its keys, every one always present; null means "disabled" (top_k -1/0, top_p 1.0, penalty 1.0...).
+SAMPLING_PARAM_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                       "frequency_penalty")
+# Plus "logprobs_mode": what the reported log-probs are taken from (null: not known, not compared).
+# raw: the model's distribution before temperature, penalties and top-k/top-p (vLLM v1's default);
+# processed: the distribution tokens were sampled from, after all of them.
+LOGPROBS_MODES = ("raw", "processed")
+
+
+# --------------------------------------------------------------------------- heartbeats
+
+# A heartbeat's body (`POST /runs/{id}/components/{cid}/heartbeat`, every field optional): how
+# far along the process is. The trainer reports the weights version it last published, a rollout
+# worker the version it serves; the server shows each worker's lag behind the trainer.
+HEARTBEAT_POLICY_VERSION = "policy_version"
+HEARTBEAT_SAMPLES_PER_S = "samples_per_s"  # samples produced per second over the last interval
+HEARTBEAT_POINTS_PER_S = "points_per_s"  # metric points delivered per second over the last interval
+MAX_POLICY_VERSION = MAX_STEP
+MAX_RATE_PER_S = 1e12
+
+
+def policy_version_value(version: Any) -> int:
+    """A policy version as the server takes it: an integer in [0, 2**53] (bools and floats raise
+    TypeError, out-of-range integers ValueError), the same rule as a step."""
+    if isinstance(version, bool) or _is_bool_dtype(version) or not isinstance(version, numbers.Integral):
+        raise TypeError(f"policy versions are integers, not {type(version).__name__}")
+    value = int(version)
+    if not 0 <= value <= MAX_POLICY_VERSION:
+        raise ValueError(f"policy version {value} is outside [0, 2**53]")
+    return value
+
+
+# --------------------------------------------------------------------------- errors
+
+# The error envelope: {"error": {"status", "code", "message", "details"?}}. Every code the server
+# sends is one of these (tests/api/test_error_codes.py checks the backend against this list).
+ERROR_BAD_REQUEST = "bad_request"
+ERROR_UNAUTHORIZED = "unauthorized"
+ERROR_FORBIDDEN = "forbidden"
+ERROR_NOT_FOUND = "not_found"
+ERROR_FINGERPRINT_UNKNOWN = "fingerprint_unknown"  # 404: post the full fingerprint, not only its digest
+ERROR_METHOD_NOT_ALLOWED = "method_not_allowed"
+ERROR_CONFLICT = "conflict"
+ERROR_PAYLOAD_TOO_LARGE = "payload_too_large"
+ERROR_UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+ERROR_VALIDATION = "validation_error"
+ERROR_FINGERPRINT_DIGEST_MISMATCH = "fingerprint_digest_mismatch"  # 422: a digest its values do not hash to
+ERROR_TOO_MANY_REQUESTS = "too_many_requests"
+ERROR_INTERNAL = "internal_error"
+ERROR_UNAVAILABLE = "unavailable"  # 503 + Retry-After: the database is busy or away
+ERROR_SECRET_KEY_MISSING = "secret_key_missing"  # 503: webhook secrets need PARITYWATCH_SECRET_KEYS
+ERROR_OTHER = "error"  # an HTTP status without a code of its own
+
+# The code of an error that has no more specific one.
+ERROR_CODE_FOR_STATUS = {
+    400: ERROR_BAD_REQUEST,
+    401: ERROR_UNAUTHORIZED,
+    403: ERROR_FORBIDDEN,
+    404: ERROR_NOT_FOUND,
+    405: ERROR_METHOD_NOT_ALLOWED,
+    409: ERROR_CONFLICT,
+    413: ERROR_PAYLOAD_TOO_LARGE,
+    415: ERROR_UNSUPPORTED_MEDIA_TYPE,
+    422: ERROR_VALIDATION,
+    429: ERROR_TOO_MANY_REQUESTS,
+    500: ERROR_INTERNAL,
+    503: ERROR_UNAVAILABLE,
+}
+ERROR_CODES = frozenset(ERROR_CODE_FOR_STATUS.values()) | {
+    ERROR_FINGERPRINT_UNKNOWN, ERROR_FINGERPRINT_DIGEST_MISMATCH, ERROR_SECRET_KEY_MISSING, ERROR_OTHER}
+
+
+def error_envelope(status: int, message: str, code: str | None = None, details: Any = None) -> dict:
+    """The body of an error answer; `code` defaults to the status's own code."""
+    error: dict[str, Any] = {"status": status, "code": code or ERROR_CODE_FOR_STATUS.get(status, ERROR_OTHER),
+                             "message": message}
+    if details is not None:
+        error["details"] = details
+    return {"error": error}
+
+
+def error_code_and_message(body: Any) -> tuple[str | None, str | None]:
+    """(code, message) of an error body in the envelope; (None, None) for anything else."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return None, None
+    code, message = error.get("code"), error.get("message")
+    return (code if isinstance(code, str) else None), (message if isinstance(message, str) else None)
+
+
+# --------------------------------------------------------------------------- retries
+
+# 4xx answers that describe a passing condition, so the same request may succeed later. Every
+# other 4xx is permanent: 409 is a conflict with stored state (a stop nobody asked for, a second
+# run of that name...), and repeating the request cannot change it.
+RETRYABLE_CLIENT_ERRORS = frozenset({408, 425, 429})
+# Statuses whose Retry-After header says when to come back (503: the database is busy).
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+
+def is_retryable_status(status: int) -> bool:
+    """May repeating a request that got `status` succeed? Server errors and RETRYABLE_CLIENT_ERRORS."""
+    return status >= 500 or status in RETRYABLE_CLIENT_ERRORS
+
+
+# --------------------------------------------------------------------------- webhooks
+
+# The event types a webhook subscribes to, with what each means (GET /webhooks/event-types).
+WEBHOOK_EVENT_DESCRIPTIONS = {
+    "alert.firing": "A group of alerts (by default: one run, one alert kind) has new or still-firing alerts.",
+    "alert.resolved": "Every alert of a group that was announced as firing has resolved.",
+    "alert.acknowledged": "Someone acknowledged an alert.",
+    "run.control": "A run was paused, resumed, stopped, completed its stop, or crashed (never for a clean finish).",
+    "test": "The test event sent from the Webhooks page or POST /webhooks/{id}/test.",
+}
+WEBHOOK_EVENT_TYPES = tuple(WEBHOOK_EVENT_DESCRIPTIONS)
+
+# --------------------------------------------------------------------------- fingerprints
+
+# Components whose difference is always an error (the sides encode or stop differently).
+FINGERPRINT_ALWAYS_ERROR = ("vocab", "merges", "added_tokens", "special_tokens", "encode_flags",
+                            "generation_eos", "image_processor", "processor")
+# The tokenizer pipeline's structure: a difference matters when behaviour differs too.
+FINGERPRINT_STRUCTURE = ("model_params", "normalizer", "pre_tokenizer", "post_processor", "decoder")
+# The order a diff lists components in (and the dashboard shows them in): chat_template first,
+# the readable cause of most behavior differences.
+FINGERPRINT_COMPONENT_ORDER = (("chat_template", "behavior") + FINGERPRINT_ALWAYS_ERROR + FINGERPRINT_STRUCTURE
+                               + (SAMPLING_PARAMS_COMPONENT, "sampling_defaults", "runtime"))
+
+
+# --------------------------------------------------------------------------- per-sample audits
+
+# `POST /runs/{id}/audits`: one rollout batch's per-sample audit (trainer_hooks/audit.py). Only the
+# worst samples travel, each with a few tokens either side of its first mismatch: bounded whatever
+# the batch size.
+AUDIT_DEFAULT_TOP_K = 8
+AUDIT_MAX_SAMPLES = 64
+AUDIT_DEFAULT_WINDOW = 4  # tokens shown on each side of a mismatch
+AUDIT_MAX_WINDOW = 16
+AUDIT_MAX_TOKEN_CHARS = 64  # a token string longer than this is cut (marked with a trailing "…")
+# Why a completion ended: on an eos id, cut at the length limit, on another stop (a stop string or
+# a stop id the trainer does not count as eos), or not known.
+FINISH_REASONS = ("eos", "length", "stop", "unknown")
+# Where a sample's first mismatch is: the trainer's re-render of the prompt, or where ids and
+# log-probs stop lining up.
+AUDIT_WINDOW_KINDS = ("rerender", "length")
+
+# --------------------------------------------------------------------------- weight attestations
+
+# `POST /runs/{id}/components/{cid}/attestations`: the digests of the weights a process holds for a
+# version (docs/design.md, "Weight-sync attestation"). Tensor digests are hex strings of the
+# named algorithm over the tensor's bytes (plus dtype and shape); `digest` is WEIGHTS_DIGEST of
+# the sorted (name, tensor digest) pairs, which the server recomputes (standard library only).
+ATTEST_ALGOS = ("xxh3_128", "sha256")
+ATTEST_MODES = ("full", "sampled")
+MAX_ATTEST_TENSORS = 100_000
+MAX_TENSOR_NAME_LENGTH = 500
+MAX_WEIGHTS_VERSION = 2**53
+
+
+def weights_version_value(version: Any) -> int:
+    """A weights version as the server takes it: an integer in [0, 2**53] (usually the trainer's
+    step at the sync). Same rules as a step: bools, floats and strings raise TypeError."""
+    return _whole_number(version, "weights version", MAX_WEIGHTS_VERSION)
+
+
+def weights_digest(tensor_digests: Any) -> str:
+    """The digest of a whole attestation: sha256 over "name\\tdigest\\n" lines sorted by name. Two
+    attestations with equal digests hold equal tensor digests under equal names."""
+    lines = sorted(f"{name}\t{digest}\n" for name, digest in tensor_digests)
+    return hashlib.sha256("".join(lines).encode()).hexdigest()

@@ -1,0 +1,57 @@
+"""Heartbeats: tell the backend this process is alive, and hear the run's control state back."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping
+
+from .logs import LogOnce
+from .progress import Progress
+from .registry import Registry
+from .transport import Backoff, Transport, TransportError
+
+
+# A new policy version beats early, so the workers view sees a lag soon; but no sooner than this
+# after the last beat (a trainer publishing every step must not beat every tick).
+EARLY_BEAT_MIN_S = 2.0
+
+
+class Heartbeat:
+    """Runs on the worker thread: at most one beat per `interval_s` (or an early one after a new
+    policy version), none while backing off. Each beat carries the process's progress."""
+
+    def __init__(self, *, registry: Registry, backoff: Backoff, interval_s: float,
+                 on_control: Callable[[Mapping[str, Any]], None], log_once: LogOnce,
+                 progress: Progress | None = None, delivered_points: Callable[[], int] = lambda: 0) -> None:
+        self.registry = registry
+        self.backoff = backoff
+        self.interval_s = interval_s
+        self.sent = 0
+        self.progress = progress if progress is not None else Progress()
+        self._delivered_points = delivered_points
+        self._on_control = on_control
+        self._log_once = log_once
+        self._next = 0.0
+        self._last = -float("inf")
+
+    def beat_soon(self) -> None:
+        """Beat at the next tick that is at least EARLY_BEAT_MIN_S after the last beat."""
+        self._next = min(self._next, self._last + EARLY_BEAT_MIN_S)
+
+    def beat_if_due(self, transport: Transport) -> None:
+        now = time.monotonic()
+        if now < self._next or not self.backoff.ready():
+            return
+        self._next, self._last = now + self.interval_s, now
+        try:
+            run_id, component_id = self.registry.ids(transport)
+            body = self.progress.heartbeat_body(self._delivered_points())
+            answer = transport.request("POST", f"/runs/{run_id}/components/{component_id}/heartbeat", json=body)
+        except TransportError as exc:
+            if exc.retryable:
+                self.backoff.failed(exc.retry_after)
+            else:
+                self._log_once.warning(("heartbeat", exc.status, exc.code), "paritywatch: heartbeat failed: %s", exc)
+            return
+        self.sent += 1
+        if isinstance(answer.get("control"), Mapping):
+            self._on_control(answer["control"])
