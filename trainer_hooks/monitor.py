@@ -31,6 +31,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from . import contract
 from .control import ControlPoller, ControlState
+# Imported here, never lazily: the fingerprint thread and the caller's thread (sampling reports)
+# importing this package at the same moment can deadlock on Python's import locks (seen in CI:
+# `_DeadlockError` on `trainer_hooks.fingerprint.sampling`, and the trainer posted no processor).
+# Stdlib only at import time, so this costs ~40 ms and no ML library.
+from .fingerprint import fingerprint_processor
+from .fingerprint.core import assemble, with_component
+from .fingerprint.sampling import read_params, sampling_value
 from .health import BackendHealth
 from .logs import LogOnce, log
 from .records import record_problem
@@ -263,8 +270,6 @@ class ParityMonitor:
                                    future: "concurrent.futures.Future[dict[str, Any]]",
                                    chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         try:
-            from .fingerprint import fingerprint_processor  # lazy: may import transformers
-
             fingerprint = fingerprint_processor(processor, generation_config, chat_template_kwargs=chat_template_kwargs)
             self.register_fingerprint(fingerprint)
             future.set_result(fingerprint)
@@ -318,8 +323,6 @@ class ParityMonitor:
         re-posted only when the normalised values change (the latest report wins).
         Returns False when disabled or closed (and when the values could not be read).
         """
-        from .fingerprint.sampling import read_params, sampling_value
-
         if not self.enabled or self._closed:
             return False
         value = sampling_value(params, logprobs_mode=logprobs_mode, **overrides)
@@ -338,8 +341,6 @@ class ParityMonitor:
     def _fingerprint_to_post(self) -> dict[str, Any]:
         """The processor fingerprint with the sampling component, or that component alone while no
         processor is registered (kind "sampling"). Called under `_fingerprint_lock`."""
-        from .fingerprint.core import assemble, with_component
-
         base = self._processor_fingerprint
         if self._sampling is None:
             return dict(base or {})
