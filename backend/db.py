@@ -7,6 +7,7 @@ Both: metric batches (`run_raw`) go through one group-commit writer thread per p
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import queue
@@ -125,13 +126,21 @@ class Database:
         one WAL flush for many batches, and the rows every batch of a run updates (its series'
         stats, its last step) are locked by one transaction at a time instead of by a convoy.
         """
+        return self._group_writer().submit(job).result()
+
+    async def run_raw_async(self, job: Callable[[Any], Any]) -> Any:
+        """`run_raw` for the event loop: awaits the commit without holding a thread (the ingest
+        route: a thread parked per in-flight batch cost more than the write)."""
+        return await asyncio.wrap_future(self._group_writer().submit(job))
+
+    def _group_writer(self) -> "_GroupWriter":
         group = self._group
         if group is None:
             with self._group_init:
                 if self._group is None:
                     self._group = _GroupWriter(self)
                 group = self._group
-        return group.submit(job)
+        return group
 
     def writer_backlog(self) -> int:
         """Jobs (metric batches) waiting for the group-commit writer; 0 when it is idle. Lets
@@ -185,10 +194,10 @@ class _GroupWriter:
         if conn is not None:
             conn.close()
 
-    def submit(self, job: Callable[[Any], Any]) -> Any:
+    def submit(self, job: Callable[[Any], Any]) -> Future:
         fut: Future = Future()
         self.jobs.put((job, fut))
-        return fut.result()
+        return fut
 
     def stop(self) -> None:
         self.jobs.put(None)
@@ -215,6 +224,11 @@ class _GroupWriter:
                     stopping = True
                     break
                 batch.append(item)
+            # A request cancelled while its job waited (run_raw_async's caller went away) is
+            # dropped, never written half-answered; a running job can no longer be cancelled.
+            batch = [(job, fut) for job, fut in batch if fut.set_running_or_notify_cancel()]
+            if not batch:
+                continue
             try:
                 if conn is None:
                     conn = self.db.engine.raw_connection()
@@ -242,7 +256,7 @@ class _GroupWriter:
                 item = self.jobs.get_nowait()
             except queue.Empty:
                 break
-            if item is not None:
+            if item is not None and item[1].set_running_or_notify_cancel():
                 item[1].set_exception(RuntimeError("database is closed"))
 
     def _run_group(self, conn, batch: list) -> None:  # noqa: ANN001

@@ -25,7 +25,7 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
-def reject_unknown_query(request: Request) -> None:
+async def reject_unknown_query(request: Request) -> None:  # async: no thread hop (backend/api/deps.py)
     """Dependency for every API route: 422 for a query parameter the route does not declare."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
@@ -70,7 +70,7 @@ def pagination(default: int, maximum: int, kind: type = int) -> Callable[..., Pa
     """A dependency reading `limit` (1..maximum, `default` when absent) and `cursor` (holding a
     position of type `kind`)."""
 
-    def page(
+    async def page(  # async: no thread hop (backend/api/deps.py)
         limit: Annotated[int, Query(ge=1, le=maximum, description=f"items per page (default {default}, at most {maximum})")] = default,
         cursor: Annotated[str | None, Query(min_length=1, max_length=4096,
                                             description="the previous page's next_cursor")] = None,

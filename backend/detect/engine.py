@@ -76,6 +76,13 @@ class DetectionEngine:
         case writes no job)."""
         return sorted(self._rule_keys(run_id).among(keys))
 
+    def cached_watched_keys(self, run_id: int, keys: set[str]) -> list[str] | None:
+        """`watched_keys` when the run's rules are cached (no query: safe on the event loop), else None."""
+        hit = self._rule_keys_cache.get(run_id)
+        if hit is None or time.monotonic() - hit[0] >= RULE_CACHE_TTL_S:
+            return None
+        return sorted(hit[1].among(keys))
+
     def evaluate(self, job: Job) -> None:
         """Right after the commit of the request that wrote the job."""
         self._evaluate(job)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -64,6 +65,20 @@ class MetricStore:
         detection job for them in the same transaction (backend/store/jobs.py). NotFound, with
         nothing written, when the run does not exist (or is being deleted) or `component_id` is
         not one of its components."""
+        job, finish = self._ingest_job(run_id, client_id, seq, batch, detect_keys, component_id)
+        return finish(self.db.run_raw(job))
+
+    async def ingest_batch_async(self, run_id: int, client_id: str, seq: int, batch: PreparedBatch,
+                                 detect_keys: list[str] | None = None, component_id: int | None = None,
+                                 ) -> "Ingested":
+        """`ingest_batch` for the event loop (the ingest route): no thread waits for the commit."""
+        job, finish = self._ingest_job(run_id, client_id, seq, batch, detect_keys, component_id)
+        return finish(await self.db.run_raw_async(job))
+
+    def _ingest_job(self, run_id: int, client_id: str, seq: int, batch: PreparedBatch,
+                    detect_keys: list[str] | None, component_id: int | None,
+                    ) -> tuple[Callable[[Any], tuple], Callable[[tuple], "Ingested"]]:
+        """The write to run on the group-commit writer, and what to do with its result."""
         with self._ids_lock:
             epoch, cached = self._series_ids.get(run_id, (None, {}))
             known = {k: cached[k] for k in batch.points if k in cached}
@@ -74,10 +89,13 @@ class MetricStore:
             fresh = known if run_epoch == epoch else {}  # ids cached for an earlier run of this id
             return self._write(cur, run_id, client_id, seq, batch, fresh, detect_keys, component_id) + (run_epoch,)
 
-        stored, ids, job_id, run_epoch = self.db.run_raw(job)
-        if ids or run_epoch != epoch:
-            self._remember_ids(run_id, run_epoch, ids)  # only after commit: a rolled-back key row has no id
-        return Ingested(stored, job_id)
+        def finish(written: tuple) -> Ingested:
+            stored, ids, job_id, run_epoch = written
+            if ids or run_epoch != epoch:
+                self._remember_ids(run_id, run_epoch, ids)  # only after commit: a rolled-back key row has no id
+            return Ingested(stored, job_id)
+
+        return job, finish
 
     def _check_target(self, cur, run_id: int, component_id: int | None) -> tuple[object, int | None]:  # noqa: ANN001
         """The run's creation time and last step, after checking that the run and the component exist."""

@@ -39,7 +39,7 @@ def test_a_busy_or_absent_database_is_503_with_retry_after(client, app, monkeypa
     def fail(*_args, **_kwargs):  # noqa: ANN002, ANN003
         raise make_error()
 
-    monkeypatch.setattr(app.state.metrics, "ingest_batch", fail)
+    monkeypatch.setattr(app.state.metrics, "_write", fail)  # inside the group-commit writer's transaction
     with local_client(app, raise_server_exceptions=False) as c:
         r = c.post(f"/api/v1/runs/{run['id']}/metrics", json={"client_id": "c", "seq": 0, "steps": [1], "series": {"x": [1.0]}})
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
@@ -52,7 +52,7 @@ def test_a_real_bug_in_sql_is_still_a_500(client, app, monkeypatch):
     def fail(*_args, **_kwargs):  # noqa: ANN002, ANN003
         raise sqlite3.OperationalError("no such table: metric_chunkz")
 
-    monkeypatch.setattr(app.state.metrics, "ingest_batch", fail)
+    monkeypatch.setattr(app.state.metrics, "_write", fail)  # inside the group-commit writer's transaction
     with local_client(app, raise_server_exceptions=False) as c:
         r = c.post(f"/api/v1/runs/{run['id']}/metrics", json={"client_id": "c", "seq": 0, "steps": [1], "series": {"x": [1.0]}})
     assert r.status_code == 500

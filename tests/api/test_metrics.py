@@ -162,6 +162,42 @@ def test_concurrent_batches_commit_independently(client, app):
     assert count_points(app) == 400
 
 
+def test_a_batch_whose_request_is_cancelled_while_queued_is_not_written(client, app):
+    """The ingest route awaits the group-commit writer (Database.run_raw_async). A request
+    cancelled while its batch still waits in the queue (server shutdown, client gone) writes
+    nothing, and the writer goes on with the next batches (a cancelled future must not fail it)."""
+    import asyncio
+    import threading
+
+    from paritywatch.backend.store.metrics import prepare_batch
+
+    run = new_run(client)
+    store, db = app.state.metrics, app.state.db
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_cur):  # noqa: ANN001, ANN202
+        entered.set()
+        assert release.wait(30)
+
+    async def scenario() -> tuple[bool, bool]:
+        held = asyncio.ensure_future(db.run_raw_async(hold))  # occupies the writer
+        assert await asyncio.to_thread(entered.wait, 30)
+        queued = asyncio.ensure_future(store.ingest_batch_async(run["id"], "gone", 0, prepare_batch([1], {"k": [1.0]}, 1000, 200)))
+        await asyncio.sleep(0)  # one turn of the loop: it queues its job behind the held one
+        assert db.writer_backlog() == 1
+        queued.cancel()
+        release.set()
+        await held
+        after = await store.ingest_batch_async(run["id"], "next", 0, prepare_batch([2], {"k": [2.0]}, 1000, 200))
+        return queued.cancelled(), after.stored
+
+    cancelled, next_stored = asyncio.run(scenario())
+    assert cancelled and next_stored
+    with app.state.db.read() as s:
+        clients = set(s.scalars(select(IngestBatch.client_id)))
+    assert clients == {"next"} and count_points(app) == 1
+
+
 def test_unsorted_and_overlapping_batches_read_back_exactly(client):
     run = new_run(client)
     rng = random.Random(1)

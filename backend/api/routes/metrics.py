@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from paritywatch.backend.api.deps import EngineDep, IngestBulkDep, MetricsDep, ReadDep, SettingsDep
 from paritywatch.backend.api.query import KeysPage, encode_cursor
@@ -43,19 +44,26 @@ _BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
 
 @router.post("/metrics", response_model=MetricBatchResult, summary="Post a columnar metric batch (idempotent)",
              openapi_extra=_BODY_DOC)
-def post_metrics(run_id: int, store: MetricsDep, settings: SettingsDep, engine: EngineDep, counters: CountersDep,
-                 _: IngestBulkDep, batch: Annotated[MetricBatch, Depends(metric_batch)]) -> MetricBatchResult:
+async def post_metrics(run_id: int, store: MetricsDep, settings: SettingsDep, engine: EngineDep,
+                       counters: CountersDep, _: IngestBulkDep,
+                       batch: Annotated[MetricBatch, Depends(metric_batch)]) -> MetricBatchResult:
+    # The hot path, on the event loop: packing is CPU work either way, and the write waits for the
+    # group-commit writer without holding a thread. Anything that may query goes to the pool.
     prepared = prepare_batch(batch.steps, batch.series, settings.max_points_per_batch, settings.max_key_length)
-    watched = engine.watched_keys(run_id, set(prepared.points))
-    result = store.ingest_batch(run_id, batch.client_id, batch.seq, prepared, detect_keys=watched,
-                                component_id=batch.component_id)
+    keys = set(prepared.points)
+    watched = engine.cached_watched_keys(run_id, keys)
+    if watched is None:
+        watched = await run_in_threadpool(engine.watched_keys, run_id, keys)
+    result = await store.ingest_batch_async(run_id, batch.client_id, batch.seq, prepared, detect_keys=watched,
+                                            component_id=batch.component_id)
     counters.record_ingest(prepared.accepted if result.stored else 0, not result.stored)
     if not result.stored:
         # A replay: if the first attempt's evaluation failed, its job is still queued. Do it now.
-        engine.process_pending(run_id=run_id)
+        await run_in_threadpool(engine.process_pending, run_id=run_id)
         return MetricBatchResult(accepted=0, skipped_nonfinite=0, duplicate=True)
     if result.job_id is not None:  # written with the batch: evaluated exactly once (backend/detect/engine.py)
-        engine.evaluate(Job(result.job_id, run_id, "metrics", tuple(watched), prepared.spans(watched)))
+        await run_in_threadpool(engine.evaluate, Job(result.job_id, run_id, "metrics", tuple(watched),
+                                                     prepared.spans(watched)))
     return MetricBatchResult(accepted=prepared.accepted, skipped_nonfinite=prepared.skipped, duplicate=False)
 
 
