@@ -23,6 +23,13 @@ function plotlyUrl() {
   return Promise.resolve(preload ? preload.getAttribute('href') : UI_CONFIG.plotly_url);
 }
 
+/** Plotly reads trace names, titles and hover templates as markup (<b>, <a href>) and templates
+ *  (%{x}): a run name, metric key or worker id is text, so every such character goes in as an
+ *  entity, which Plotly shows as itself. */
+export function plotlyText(text) {
+  return String(text).replace(/[&<>"'%{}]/g, (ch) => `&#${ch.charCodeAt(0)};`);
+}
+
 export function loadPlotly() {
   if (window.Plotly) return Promise.resolve(window.Plotly);
   if (!plotlyPromise) {

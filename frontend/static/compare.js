@@ -2,7 +2,7 @@
 // since each run started, with each run's parity verdict side by side. The view lives in the URL
 // (#/compare?runs=1,2&metric=loss&x=step), so a link shows the same view to whoever opens it.
 import { api, qs } from './api.js';
-import { loadPlotly } from './charts.js';
+import { loadPlotly, plotlyText } from './charts.js';
 import { ago, clear, fmt, h, severityBadges, stateBadge } from './dom.js';
 
 const PALETTE = ['#2457c5', '#c62828', '#2e7d32', '#8e24aa', '#ef6c00', '#00838f', '#6d4c41', '#ad1457'];
@@ -258,7 +258,7 @@ export async function renderCompare(root, query) {
       font: { family: 'system-ui, -apple-system, Segoe UI, Roboto, sans-serif', size: 11, color: '#4a5160' },
       xaxis: { ...axis, title: { text: view.x === 'step' ? 'step' : 'seconds since the run was created' },
         tickformat: view.x === 'step' ? 'd' : undefined, ...(range ? { range, autorange: false } : { autorange: true }) },
-      yaxis: { ...axis, autorange: true, exponentformat: 'SI', title: { text: view.metric } },
+      yaxis: { ...axis, autorange: true, exponentformat: 'SI', title: { text: plotlyText(view.metric) } },
     };
   }
 
@@ -307,13 +307,17 @@ export async function renderCompare(root, query) {
     const live = chosen().filter((r) => LIVE_STATES.has(r.control.state));
     if (live.length && !zoomed && !document.hidden) {
       try {
+        const keysBefore = keyNames();
         await Promise.all(live.map(refreshRun));
+        if (keyNames() !== keysBefore) drawControls(); // a metric first logged after the page opened
         drawVerdicts();
-        await drawChart();
+        if (!zoomed) await drawChart(); // the user may have zoomed in while the runs were re-read
       } catch { /* the next round retries */ }
     }
     if (!abort.signal.aborted) liveTimer = setTimeout(followLive, LIVE_MS);
   }
+
+  const keyNames = () => JSON.stringify(view.runs.map((id) => (state.keys.get(id) || []).map((k) => k.key)));
 
   async function refreshRun(run) {
     const fresh = await get(`/runs/${run.id}`);
@@ -380,12 +384,6 @@ function lastValue(keys, metric) {
   const k = keys.find((x) => x.key === metric);
   if (!k) return h('span', { class: 'muted' }, 'not logged');
   return `${k.last_value === null || k.last_value === undefined ? '—' : Number(Number(k.last_value).toPrecision(5))} at step ${fmt(k.last_step)}`;
-}
-
-/** Plotly reads trace names and hover templates as markup (<b>, <a href>) and templates (%{x}):
- *  a run name is text, so every such character goes in as an entity, which Plotly shows as itself. */
-export function plotlyText(text) {
-  return String(text).replace(/[&<>"'%{}]/g, (ch) => `&#${ch.charCodeAt(0)};`);
 }
 
 /** Seconds since the run was created at `step`: linear between the batches that carried the metric

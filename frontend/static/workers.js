@@ -3,7 +3,7 @@
 // and filterable in the page, drawn virtually (only the rows in view are in the DOM, so 512 or 5,000 processes
 // cost the same to draw). Below it, one metric per process: the outlier workers' lines over the aggregate.
 import { api, qs } from './api.js';
-import { formatValue, loadPlotly } from './charts.js';
+import { formatValue, loadPlotly, plotlyText } from './charts.js';
 import { openDiff } from './diff.js';
 import { ago, ageSeconds, clear, fmt, h } from './dom.js';
 
@@ -242,9 +242,11 @@ function createWorkerSeries(container, runId, signal) {
     await draw();
   }
 
+  let drawSeq = 0; // the latest draw wins: an earlier one's late answer (another metric) is dropped
   async function draw() {
     const key = select.value;
     if (!key) return;
+    const seq = ++drawSeq;
     const span = Number(windowSelect.value);
     const last = lastStep.get(key);
     const stepMin = span && last !== null && last !== undefined ? Math.max(0, last - span + 1) : undefined;
@@ -252,9 +254,10 @@ function createWorkerSeries(container, runId, signal) {
     try {
       data = await api(`/runs/${runId}/workers/series${qs({ key, top: TOP_WORKERS, points: 300, step_min: stepMin })}`, { signal });
     } catch (err) {
-      if (!signal.aborted) note.textContent = err.status === 422 ? `${err.message}` : `Could not load ${key}: ${err.message}`;
+      if (!signal.aborted && seq === drawSeq) note.textContent = err.status === 422 ? `${err.message}` : `Could not load ${key}: ${err.message}`;
       return;
     }
+    if (seq !== drawSeq) return;
     container.dataset.workers = data.workers.map((w) => w.worker_id).join(',');
     note.textContent = data.workers_with_points
       ? `${data.workers_with_points} process(es) posted ${key}; median of their means ${data.workers_median === null ? '—' : formatValue(data.workers_median)}. `
@@ -262,11 +265,12 @@ function createWorkerSeries(container, runId, signal) {
         + (data.unattributed_points ? ` ${fmt(data.unattributed_points)} point(s) came from batches that named no process.` : '')
       : `No point of ${key} names the process that posted it (the trainer computes it from mixed batches, or the batches named no component).`;
     const Plotly = await loadPlotly();
+    if (seq !== drawSeq) return;
     const traces = [{ x: data.aggregate.step, y: data.aggregate.mean, name: 'all processes (mean)', mode: 'lines', line: { color: AGGREGATE, width: 4 } }]
       .concat(data.workers.map((w, i) => ({ x: w.buckets.step, y: w.buckets.mean, mode: 'lines', line: { color: PALETTE[i % PALETTE.length], width: 1.5 },
-        name: `${w.worker_id} (score ${formatValue(w.score)})` })));
+        name: `${plotlyText(w.worker_id)} (score ${formatValue(w.score)})` })));
     Plotly.react(plot, traces, { margin: { l: 60, r: 10, t: 10, b: 20 }, height: 280, legend: { orientation: 'h', y: -0.12, yanchor: 'top' },
-      xaxis: { hoverformat: ',d' }, yaxis: { title: { text: key } } }, { displayModeBar: false, responsive: true });
+      xaxis: { hoverformat: ',d' }, yaxis: { title: { text: plotlyText(key) } } }, { displayModeBar: false, responsive: true });
   }
 
   // Nothing is read until the section scrolls into view: the run page opens fast, whatever the run's size.

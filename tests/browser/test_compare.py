@@ -205,3 +205,22 @@ def test_url_parsing_wall_time_mapping_and_verdicts(page, server):
     assert got["mixed"] == {"verdict": "error", "text": "3 of 6 rollout worker(s) differ: vocab"}
     assert got["same"] == {"verdict": "same", "text": "all 4 rollout worker(s) match the trainer"}
     assert got["choices"] == [["loss"], ["a", "b"]]
+
+
+def test_runs_compared_before_they_log_pick_up_their_first_metric(page, server):
+    """Two runs that have just started: the page opens with no metric, and the first metric they
+    log (a key with markup in it: text on the axis) is offered and drawn once they log it."""
+    s = Seeder(server.url)
+    key = "<i>kl</i> %{y}"
+    fresh = [s.run(f"just-started-{i}", project="cmp-fresh") for i in range(2)]
+    page.goto(f"{server.url}/#/compare?runs={fresh[0]['id']},{fresh[1]['id']}")
+    expect(page.locator(".plot-placeholder")).to_have_text("These runs have no metric yet.")
+    for run in fresh:
+        s.metrics(run["id"], [0, 1, 2], {key: [0.3, 0.2, 0.1]})
+    traces = page.wait_for_function(f"() => {{ const t = ({TRACES})(); return t && t.length === 2 ? t : null; }}",
+                                    timeout=60_000).json_value()  # re-read every 10 s while live
+    assert [t["y"] for t in traces] == [[0.3, 0.2, 0.1]] * 2
+    expect(page.locator("#compare-metric")).to_have_value(key)
+    expect(page.locator("[data-compare=plot] .ytitle")).to_have_text(key)
+    assert page.locator("[data-compare=plot] .ytitle i").count() == 0
+    assert page_problems(page)["errors"] == []

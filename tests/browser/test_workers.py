@@ -96,3 +96,29 @@ def test_512_processes_render_filter_and_show_the_lagging_worker(server, seeded,
     expect(series.locator(".worker-plot .main-svg").first).to_be_attached()
     assert page_problems(page) == {"csp": [], "errors": []}
 
+
+
+def test_worker_ids_and_metric_keys_are_text_in_the_per_worker_chart(server, page):
+    """Worker ids and metric keys come from the processes: Plotly must show markup in them as
+    text (no link or styling a worker id could plant in every viewer's legend)."""
+    from tests.browser.seed import Seeder
+
+    s = Seeder(server.url)
+    run = s.run("markup-workers", project="workers-markup")
+    key = "<i>rollout</i>/kl"
+    names = ['<a href="https://example.com">rollout-0</a>', "<b>rollout-1</b> %{y}"]
+    for i, name in enumerate(names):
+        comp = s.component(run["id"], "rollout", name)
+        s.post(f"/runs/{run['id']}/metrics", {"client_id": f"markup-{i}", "seq": 1, "component_id": comp["id"],
+                                              "steps": [0, 1, 2], "series": {key: [0.1 * i, 0.2, 0.3]}})
+    page.goto(f"{server.url}/#/runs/{run['id']}")
+    page.locator("[data-action=show-workers]").click()
+    series = page.locator("#workers .worker-series")
+    series.scroll_into_view_if_needed()
+    legend = series.locator(".worker-plot .legendtext")
+    expect(legend).to_have_count(3)  # the mean of all, then each worker
+    texts = legend.all_text_contents()
+    assert all(any(t.startswith(n + " (score") for t in texts) for n in names), texts
+    assert series.locator(".worker-plot .legend a, .worker-plot .legend b, .worker-plot .ytitle i").count() == 0
+    expect(series.locator(".worker-plot .ytitle")).to_have_text(key)
+    assert page_problems(page)["errors"] == []
