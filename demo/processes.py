@@ -127,7 +127,7 @@ def rollout_main(job: Job, worker_id: str, buggy: bool, channels: Channels, weig
 
 def _put(channels: Channels, monitor, group: list[dict]) -> bool:  # noqa: ANN001
     """Hand a group to the trainer; False (dropped) when the demo stops or the run is paused."""
-    while not (channels.stop.is_set() or monitor.state == "paused"):
+    while not (channels.stop.is_set() or monitor.state == "paused" or monitor.should_stop):
         try:
             channels.records.put(group, timeout=POLL_S)
             return True
@@ -137,11 +137,16 @@ def _put(channels: Channels, monitor, group: list[dict]) -> bool:  # noqa: ANN00
 
 
 def _take_latest_weights(model, weights_q, version: int) -> int:  # noqa: ANN001
+    """The newest weights the trainer sent, if any. Tensors cross the queue as handles served by
+    the trainer's process: once it has exited (the run finished) they cannot be opened, and the
+    worker keeps the weights it has rather than die with a traceback."""
     latest = None
     while True:
         try:
             latest = weights_q.get_nowait()
         except queue.Empty:
+            break
+        except (OSError, EOFError):  # the trainer is gone
             break
     if latest is not None:
         version, state = latest

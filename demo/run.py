@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -71,9 +72,25 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         log("interrupted: stopping the demo's processes and backend")
         return 130
+    except httpx.HTTPStatusError as exc:
+        log(_refused(exc))
+        return 1
+    except httpx.HTTPError as exc:
+        log(f"the backend at {demo.url} stopped answering ({exc!r}): stopping the demo")
+        return 1
     finally:
         with _stop_signals_ignored():  # a second Ctrl-C must not cut the cleanup short
             demo.close()
+
+
+def _refused(exc: httpx.HTTPStatusError) -> str:
+    """What to do when the backend refused the demo's reads."""
+    url = exc.request.url
+    if exc.response.status_code in (401, 403):
+        return (f"the backend refused the demo ({exc.response.status_code} on {url.path}): its database has "
+                "API tokens, so it requires one. Set PARITYWATCH_TOKEN to an admin token, or give the demo a "
+                "database of its own: paritywatch demo --db sqlite:///paritywatch-demo.db")
+    return f"the backend answered {exc.response.status_code} on {url.path}: {exc.response.text[:300]}"
 
 
 def _exit_on_sigterm(signum, frame) -> None:  # noqa: ANN001
@@ -97,12 +114,14 @@ class Demo:
         self.procs: DemoProcesses | None = None
         self.api: httpx.Client | None = None
         self.joined_at: int | None = None
+        self.url: str | None = args.url
 
     def run(self) -> int:
         args = self.args
-        url = args.url or self._start_server()
+        self.url = url = args.url or self._start_server()
         token = os.environ.get("PARITYWATCH_TOKEN")
         self.api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=10)
+        self._get("/api/v1/runs", limit=1)  # refused (a token needed)? say so before building anything
         model_dir = Path(args.model_dir or Path.home() / ".cache" / "paritywatch" / "demo-model")
         log(f"building the tiny model and tokenizer in {model_dir} ...")
         build_model_dir(model_dir)
@@ -123,9 +142,15 @@ class Demo:
         if ending == "paused":
             self._tell_what_to_click(dashboard, summary)
         print(json.dumps(summary), flush=True)
+        if ending == "trainer_done" and self.procs.trainer.exitcode:
+            log(f"the demo's trainer failed (exit code {self.procs.trainer.exitcode}; its error is above)")
+            return 1
         if args.duration is None and self.server is not None:
             log("the dashboard stays up; Ctrl-C to quit")
             self.server.wait()
+        elif args.duration is None and ending == "paused":  # --url: the processes wait for Resume or Stop
+            log("the demo's processes wait for Resume or Stop in the dashboard; Ctrl-C to quit")
+            signal.pause()
         return 0
 
     def close(self) -> None:
@@ -168,12 +193,16 @@ class Demo:
         raise SystemExit("the backend did not answer within 60 s")
 
     # ------------------------------------------------------------------ the run
+    def _get(self, path: str, **params: Any) -> Any:
+        """A read of the API; an error answer raises (main() says what to do about it)."""
+        res = self.api.get(path, params=params)
+        res.raise_for_status()
+        return res.json()
+
     def _wait_for_run(self, name: str) -> int:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            res = self.api.get("/api/v1/runs", params={"project": PROJECT})
-            res.raise_for_status()
-            for r in res.json()["runs"]:
+            for r in self._get("/api/v1/runs", project=PROJECT)["runs"]:
                 if r["name"] == name:
                     return r["id"]
             if not self.procs.trainer.is_alive():
@@ -188,8 +217,8 @@ class Demo:
         last_line = ""
         paused_since = None
         while True:
-            run = self.api.get(f"/api/v1/runs/{run_id}").json()
-            alerts = self.api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "open"}).json()["alerts"]
+            run = self._get(f"/api/v1/runs/{run_id}")
+            alerts = self._get(f"/api/v1/runs/{run_id}/alerts", status="open")["alerts"]
             step = run["last_step"] or 0
             elapsed = time.monotonic() - started
             if self._should_join(step, elapsed):
@@ -225,8 +254,8 @@ class Demo:
         return step >= min(MIN_HEALTHY_STEPS, self.args.bad_worker_at) and elapsed >= deadline
 
     def _summary(self, run_id: int, name: str, dashboard: str) -> dict:
-        run = self.api.get(f"/api/v1/runs/{run_id}").json()
-        alerts = self.api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"]
+        run = self._get(f"/api/v1/runs/{run_id}")
+        alerts = self._get(f"/api/v1/runs/{run_id}/alerts")["alerts"]
         return {
             "run": name,
             "run_id": run_id,

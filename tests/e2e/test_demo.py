@@ -4,6 +4,7 @@ the same run on the dashboard, a quiet --healthy run, and a stop that leaves no 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -157,3 +158,20 @@ def test_a_stopped_demo_leaves_no_process_behind(tmp_path, model_dir, sig):
         if demo.poll() is None:
             demo.kill()
             demo.wait()
+
+
+def test_a_backend_that_requires_a_token_is_explained_not_a_traceback(tmp_path):
+    """A user who once created a token for `make serve` runs the demo against that backend without
+    PARITYWATCH_TOKEN: the demo says what to do, before it builds or starts anything."""
+    db = f"sqlite:///{tmp_path / 'tokens.db'}"
+    made = subprocess.run([PARITYWATCH, "token", "create", "--scope", "admin", "--name", "me", "--db", db],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    env = {k: v for k, v in os.environ.items() if k != "PARITYWATCH_TOKEN"}
+    with ProcessServer(db) as srv:
+        out = subprocess.run([PARITYWATCH, "demo", "--url", srv.url, "--duration", "5", "--model-dir",
+                              str(tmp_path / "model")], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "PARITYWATCH_TOKEN" in out.stderr and "--db" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "model").exists()  # nothing built
