@@ -87,7 +87,8 @@ export async function renderCompare(root, query) {
       return { id, error: err };
     })));
     for (const r of fetched) state.runs.set(r.id, r);
-    await Promise.all(view.runs.filter((id) => !state.keys.has(id) && !state.runs.get(id).error).map(async (id) => {
+    // another call may still be fetching a run added since: only runs already here (and found) load keys
+    await Promise.all(view.runs.filter((id) => !state.keys.has(id) && state.runs.has(id) && !state.runs.get(id).error).map(async (id) => {
       const [keys, parity] = await Promise.all([get(`/runs/${id}/metrics`), get(`/runs/${id}/parity`).catch(() => null)]);
       state.keys.set(id, keys.keys);
       state.parity.set(id, parity);

@@ -191,9 +191,15 @@ export function createWorkersView(container, runId, prefetched = null) {
   }
 
   async function showDiff(group) {
-    state.parity = state.parity || await api(`/runs/${runId}/parity`);
+    try {
+      state.parity = state.parity || await api(`/runs/${runId}/parity`, { signal: abort.signal });
+    } catch (err) {
+      if (!abort.signal.aborted) el.summary.textContent = `The diff of fingerprint ${group.label} could not be loaded: ${err.message}`;
+      return;
+    }
     const match = state.parity.groups.find((g) => g.digest === group.digest);
     if (match && match.diff) openDiff(`Fingerprint ${group.label} vs the trainer (${group.processes} process${group.processes === 1 ? '' : 'es'})`, match.diff);
+    else el.summary.textContent = `No diff of fingerprint ${group.label} against the trainer yet: reload in a moment.`;
   }
 
   const timer = setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);

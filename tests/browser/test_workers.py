@@ -122,3 +122,16 @@ def test_worker_ids_and_metric_keys_are_text_in_the_per_worker_chart(server, pag
     assert series.locator(".worker-plot .legend a, .worker-plot .legend b, .worker-plot .ytitle i").count() == 0
     expect(series.locator(".worker-plot .ytitle")).to_have_text(key)
     assert page_problems(page)["errors"] == []
+
+
+def test_a_diff_that_cannot_be_loaded_says_so(server, seeded, page):
+    page.goto(f"{server.url}/#/runs/{seeded.run_id}")
+    section = page.locator("#workers")
+    page.locator("[data-action=show-workers]").click()
+    expect(section.locator(".workers-scroll")).to_have_attribute("data-shown", "512")
+    page.route("**/api/v1/runs/*/parity", lambda route: route.fulfill(
+        status=500, content_type="application/json",
+        body='{"error": {"code": "internal", "message": "the parity view failed"}}'))
+    section.locator(f"tr[data-worker='{DIFFERENT}'] [data-action=group-diff]").click()
+    expect(section.locator(".workers-summary")).to_contain_text("could not be loaded")
+    expect(page.locator("dialog.modal")).to_have_count(0)
