@@ -5,6 +5,7 @@ import re
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from tests.browser.conftest import page_problems
@@ -14,9 +15,20 @@ pytestmark = pytest.mark.browser
 
 
 def open_delete_dialog(page, server, run):  # noqa: ANN001
+    """Step 1. The sections above the button (settings, audit, workers) fill in after the page
+    opens and move it: on a loaded machine that can happen between Playwright's position check
+    and its click, which then lands beside the button (seen once in CI). Click again then (bounded)."""
     page.goto(f"{server.url}/#/runs/{run['id']}")
-    page.locator("button[data-action=delete-run]").click()  # step 1
+    button = page.locator("button[data-action=delete-run]")
     dialog = page.locator("dialog[open]", has_text="Delete run")
+    for _ in range(3):
+        if dialog.is_visible():
+            break
+        try:
+            button.click(timeout=15_000)
+            dialog.wait_for(timeout=10_000)
+        except PlaywrightTimeoutError:
+            continue
     dialog.wait_for()
     return dialog
 
