@@ -186,6 +186,9 @@ def test_a_batch_whose_request_is_cancelled_while_queued_is_not_written(client, 
         await asyncio.sleep(0)  # one turn of the loop: it queues its job behind the held one
         assert db.writer_backlog() == 1
         queued.cancel()
+        # Once the task has ended, its cancellation has reached the writer's future (asyncio
+        # cancels the wrapped future from a loop callback that runs before the task's own).
+        await asyncio.wait([queued])
         release.set()
         await held
         after = await store.ingest_batch_async(run["id"], "next", 0, prepare_batch([2], {"k": [2.0]}, 1000, 200))
