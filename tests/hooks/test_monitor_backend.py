@@ -50,11 +50,12 @@ def test_points_arrive_once_with_the_component_registered_and_beating(backend: B
 
 
 def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool_dir: Path) -> None:
-    """Every point arrives exactly once across a 10 s outage; no log() call blocked > 1 ms.
+    """Every point arrives exactly once across a 10 s outage; no log() call blocked or worked > 1 ms.
 
-    "Blocked" is told apart from "preempted": each call's voluntary context switches (the thread
-    waited on a lock, the GIL or I/O) must be zero, and a call over 1 ms of wall time is only
-    allowed when the kernel preempted the thread (involuntary switch) on these shared cores."""
+    Told apart from the machine's pauses: each call's voluntary context switches (the thread waited
+    on a lock, the GIL or I/O) must be zero, and no call may use over 1 ms of its thread's CPU time.
+    Wall time is not judged: on these shared cores a call can take 2 ms of wall time with no
+    context switch at all (the virtual CPU itself was paused; seen in CI)."""
     monitor = ParityMonitor("outage", url=own_backend.url, spool_dir=spool_dir, max_backoff_s=2.0)
     run_id = own_backend.run_id("outage")
     outage = threading.Thread(target=_outage, args=(own_backend, 10.0))
@@ -66,11 +67,11 @@ def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool
             if step == 1000:
                 outage.start()
             before = resource.getrusage(resource.RUSAGE_THREAD)
-            start = time.perf_counter_ns()
+            start, cpu_start = time.perf_counter_ns(), time.thread_time_ns()
             monitor.log({"train/loss": 1.0 / (step + 1)}, step)
-            elapsed = time.perf_counter_ns() - start
+            elapsed, cpu = time.perf_counter_ns() - start, time.thread_time_ns() - cpu_start
             after = resource.getrusage(resource.RUSAGE_THREAD)
-            calls.append((elapsed, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw))
+            calls.append((elapsed, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw, cpu))
             time.sleep(0.004)  # the training step itself (the workload, not a synchronisation)
     finally:
         gc.unfreeze()
@@ -80,11 +81,11 @@ def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool
     monitor.close()  # nothing can be sent after this: the counts below are final
     assert own_backend.counts(run_id)["train/loss"] == 5000
     assert monitor.stats()["dropped_points"] == 0
-    durations = sorted(elapsed for elapsed, _, _ in calls)
+    durations = sorted(call[0] for call in calls)
     slow = [call for call in calls if call[0] > 1_000_000]
     print(f"log(): median {durations[2500]} ns, slowest {durations[-5:]} ns, over 1 ms: {slow}")
     assert [call for call in calls if call[1]] == [], "log() blocked (voluntary context switch)"
-    assert [call for call in slow if not call[2]] == [], "log() took > 1 ms without being preempted"
+    assert [call for call in calls if call[3] > 1_000_000] == [], "log() used > 1 ms of CPU"
 
 
 def _outage(backend: Backend, seconds: float) -> None:
