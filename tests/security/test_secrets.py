@@ -50,7 +50,7 @@ def test_webhook_secrets_are_encrypted_at_rest_and_rotate(sqlite_db, tmp_path):
     settings = Settings(database_url=sqlite_db, allow_loopback_webhooks=True, webhook_poll_interval_s=0.05,
                         secret_keys=old_key, open_mode=True)
     with WebhookReceiver() as rx:
-        with ThreadServer(settings) as srv, httpx.Client(base_url=srv.url + "/api/v1") as api:
+        with ThreadServer(settings) as srv, httpx.Client(base_url=srv.url + "/api/v1", timeout=30) as api:
             hook = api.post("/webhooks", json={"url": rx.url}).json()
         raw = open(sqlite_db.removeprefix("sqlite:///"), "rb").read()
         assert hook["secret"].encode() not in raw and hook["secret"][6:].encode() not in raw
@@ -67,7 +67,7 @@ def test_webhook_secrets_are_encrypted_at_rest_and_rotate(sqlite_db, tmp_path):
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and "re-encrypted 1" in done.stdout, done.stderr
         with ThreadServer(settings.model_copy(update={"secret_keys": new_key})) as srv, \
-                httpx.Client(base_url=srv.url + "/api/v1") as api:
+                httpx.Client(base_url=srv.url + "/api/v1", timeout=30) as api:
             api.post(f"/webhooks/{hook['id']}/test")
             [got] = wait_for(rx.accepted, 10)
         signing.verify(hook["secret"], got.headers, got.body, time.time())  # still the same secret
