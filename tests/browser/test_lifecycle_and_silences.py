@@ -3,14 +3,13 @@ server, the run page shows the state and its processes, and a silence made in th
 run's notifications (alerts still show, marked) until someone expires it."""
 from __future__ import annotations
 
-import time
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import Server, page_problems
-from tests.support.live import WebhookReceiver
+from tests.support.live import WebhookReceiver, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -27,16 +26,6 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_the_runs_list_filters_by_state(page, server):
     api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=10)
     names = {}
@@ -49,7 +38,7 @@ def test_the_runs_list_filters_by_state(page, server):
             comp = api.post(f"/runs/{run_id}/components", json={"side": "trainer", "worker_id": "t0"}).json()
             if state == "finished":
                 api.post(f"/runs/{run_id}/components/{comp['id']}/close", json={"reason": "done"})
-    wait_until(lambda: api.get("/runs", params={"state": "crashed"}).json()["runs"], what="the crash")
+    wait_for(lambda: api.get("/runs", params={"state": "crashed"}).json()["runs"], timeout_s=20)  # the crash
 
     page.goto(f"{server.url}/#/runs")
     rows = page.locator("table.runs-table tbody tr[data-run-name]")
@@ -118,13 +107,13 @@ def test_a_silence_made_in_the_page_mutes_the_run_until_it_is_expired(page, serv
         loud = api.post("/runs", json={"name": "loud-run", "project": "silences"}).json()
         api.post(f"/runs/{loud['id']}/rules", json={"key": "reward", "comparison": "<", "threshold": 0.5})
         api.post(f"/runs/{loud['id']}/metrics", json={"client_id": "c2", "seq": 1, "steps": [1], "series": {"reward": [0.1]}})
-        wait_until(lambda: rx.accepted(), what="the other run's notification")
+        wait_for(lambda: rx.accepted(), timeout_s=20)  # the other run's notification
         assert [r.json["data"]["run"]["id"] for r in rx.accepted()] == [loud["id"]]
 
         silence.get_by_role("button", name="Expire now").click()
         expect(page.locator("#silences")).to_contain_text("Notifications are on.")
         expect(alert).to_have_attribute("data-silenced", "0")
-        wait_until(lambda: len(rx.accepted()) == 2, what="the notification the silence held back")
+        wait_for(lambda: len(rx.accepted()) == 2, timeout_s=20)  # the one the silence held back
         got = rx.accepted()[1]
         assert got.json["type"] == "alert.firing" and got.json["data"]["run"]["id"] == run["id"]
         audit = api.get("/silences", params={"state": "all", "run_id": run["id"]}).json()["silences"]
