@@ -16,8 +16,9 @@ EARLY_BEAT_MIN_S = 2.0
 
 
 class Heartbeat:
-    """Runs on the worker thread: at most one beat per `interval_s` (or an early one after a new
-    policy version), none while backing off. Each beat carries the process's progress."""
+    """Runs on a thread of its own (worker.py), with its own connection: at most one beat per
+    `interval_s` (or an early one after a new policy version), none while backing off. Each beat
+    carries the process's progress."""
 
     def __init__(self, *, registry: Registry, backoff: Backoff, interval_s: float,
                  on_control: Callable[[Mapping[str, Any]], None], log_once: LogOnce,
@@ -36,6 +37,10 @@ class Heartbeat:
     def beat_soon(self) -> None:
         """Beat at the next tick that is at least EARLY_BEAT_MIN_S after the last beat."""
         self._next = min(self._next, self._last + EARLY_BEAT_MIN_S)
+
+    def seconds_to_next(self) -> float:
+        """How long the heartbeat thread may sleep before the next beat can be due."""
+        return max(0.0, self._next - time.monotonic(), self.backoff.remaining())
 
     def beat_if_due(self, transport: Transport) -> None:
         now = time.monotonic()

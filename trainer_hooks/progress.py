@@ -1,6 +1,6 @@
 """What a heartbeat says about how far along this process is: its policy version and its
 throughput over the last heartbeat interval (`contract.HEARTBEAT_*`). Pure bookkeeping, no I/O:
-the training thread sets and counts, the worker thread reads at each beat."""
+the training thread sets and counts, the heartbeat thread reads at each beat."""
 from __future__ import annotations
 
 import threading

@@ -30,6 +30,7 @@ MAX_PENDING_AUDITS = 32
 
 # A flush re-checks at least this often even if no tick signals (a thread that died, say).
 _FLUSH_RECHECK_S = 0.5
+_HEARTBEAT_RECHECK_S = 1.0  # the heartbeat thread looks at the clock (and at closing) at least this often
 
 
 class Worker:
@@ -72,6 +73,8 @@ class Worker:
         self._lock = threading.Lock()
         self._tick_done = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._heartbeat_thread: threading.Thread | None = None
+        self._heartbeat_wake = threading.Event()
         self._transport: Transport | None = None
         self._spool_ready = False
         self._busy = False
@@ -155,11 +158,15 @@ class Worker:
             if self._thread is None and not self._closing:
                 self._thread = threading.Thread(target=self._run, name="paritywatch-worker", daemon=True)
                 self._thread.start()
+                self._heartbeat_thread = threading.Thread(target=self._run_heartbeats, name="paritywatch-heartbeat",
+                                                          daemon=True)
+                self._heartbeat_thread.start()
 
     def set_policy_version(self, version: Any) -> None:
         """Carried on the next heartbeat; a new version makes that one come early."""
         if self.heartbeat.progress.set_policy_version(version):
             self.heartbeat.beat_soon()
+            self._heartbeat_wake.set()
 
     def add_samples(self, n: int) -> None:
         self.heartbeat.progress.add_samples(n)
@@ -194,9 +201,12 @@ class Worker:
             delivered = not self.queue and not self._uploads_pending()
         self._closing = True
         self._wake.set()
+        self._heartbeat_wake.set()
         thread = self._thread
         if thread is not None:
             thread.join(max(0.1, timeout - (time.monotonic() - start)) + 1.0)
+        if self._heartbeat_thread is not None:  # at most one beat in flight; a daemon if it hangs
+            self._heartbeat_thread.join(max(0.1, timeout - (time.monotonic() - start)))
         if self.delivery.spool is not None:
             self.delivery.spool.close()
         if self._transport is not None:
@@ -256,9 +266,27 @@ class Worker:
             if not closing:
                 self.audits.post_pending(transport)  # after the batch's metrics: they explain its alerts
                 self.delivery.replay(transport)
-                self.heartbeat.beat_if_due(transport)
         finally:
             self._busy = False
+
+    def _run_heartbeats(self) -> None:
+        """The heartbeat thread. Its own thread and connection: a delivery the server is slow to
+        answer (up to the transport's timeout) must not silence the process, or a live process
+        would be reported lost. It shares the backoff: a backend that is down is not hammered."""
+        transport = self._transport_factory()
+        try:
+            while not self._closing:
+                self._heartbeat_wake.wait(min(self.heartbeat.seconds_to_next(), _HEARTBEAT_RECHECK_S))
+                self._heartbeat_wake.clear()
+                if self._closing:
+                    return
+                try:
+                    self.heartbeat.beat_if_due(transport)
+                except Exception:  # never let one bad beat kill the thread
+                    self.internal_errors += 1
+                    log.debug("paritywatch heartbeat error", exc_info=True)
+        finally:
+            transport.close()
 
     def _new_transport(self) -> Transport:
         self._transport = self._transport_factory()

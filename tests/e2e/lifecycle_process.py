@@ -1,9 +1,6 @@
 """One training or rollout process for tests/e2e/test_run_lifecycle.py: a real ParityMonitor that
 logs a step every 0.2 s until it reads "close" on stdin, then closes and exits.
 
-(Not faster: the hooks' worker thread sends queued batches until its queue is empty before it
-heartbeats, so a loop that logs faster than a loaded server answers starves the heartbeats.)
-
     python -m tests.e2e.lifecycle_process URL RUN SIDE WORKER_ID SPOOL_DIR
 """
 from __future__ import annotations
