@@ -37,10 +37,13 @@ class Job:
 @dataclass
 class Channels:
     """What the demo shares with its processes. `stop`: leave the loop and close the monitor
-    (a clean goodbye). `join`: set when a held-back worker may join the run (None: join at once)."""
+    (a clean goodbye). `join`: set when a held-back worker may join the run (None: join at once).
+    `entered`: this process's own flag, 1 once it is about to open its monitor (before that it
+    has nothing to close, and the demo stopping terminates it rather than wait for its imports)."""
     records: Any  # multiprocessing Queue of groups (lists of record dicts)
     stop: Any  # multiprocessing Event
     join: Any = None
+    entered: Any = None  # multiprocessing RawValue("b"): no lock a terminated process could leave held
 
 
 def eos_ids(gen_cfg) -> list[int]:  # noqa: ANN001
@@ -79,6 +82,15 @@ def _load_model(model_dir: str):
     return model
 
 
+def _enter_run(channels: Channels) -> bool:
+    """Flag this process as one to let close (not terminate), then look at the stop event: the demo
+    sets `stop` before it reads the flags, so either it waits for this process or this process
+    sees `stop` and leaves without opening a monitor."""
+    if channels.entered is not None:
+        channels.entered.value = 1
+    return not channels.stop.is_set()
+
+
 def _wait_for_join(channels: Channels) -> bool:
     """A worker held back (already loaded, not yet part of the run) waits here; False on stop."""
     while channels.join is not None and not channels.join.is_set():
@@ -101,7 +113,7 @@ def rollout_main(job: Job, worker_id: str, buggy: bool, channels: Channels, weig
     tok = load_processor(Path(job.model_dir), custom_template=not buggy)
     gen_cfg = GenerationConfig.from_pretrained(job.model_dir)
     model = _load_model(job.model_dir)
-    if not _wait_for_join(channels):
+    if not (_wait_for_join(channels) and _enter_run(channels)):
         return
     # The wrong worker reports its processor only once its first groups are in the trainer's
     # hands (REPORT_WRONG_PROCESSOR_AFTER puts into a 2-slot queue: the first has been taken),
@@ -194,6 +206,8 @@ def trainer_main(job: Job, channels: Channels, weights_qs, steps: int, seed: int
     model = _load_model(job.model_dir)
     model.train()
     optim = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+    if not _enter_run(channels):
+        return
     with _monitor(job, "trainer", "0") as monitor:
         monitor.register_processor(tok, generation_config=gen_cfg)
         for step in range(1, steps + 1):

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import multiprocessing as mp
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +36,8 @@ JOIN_DEADLINE_S = 120.0  # without: after this much training at the latest (a sl
 MIN_HEALTHY_STEPS = 100  # never earlier: the story needs healthy curves before the change
 MISMATCH_GRACE_S = 30.0  # after a pause by the alignment rule, how long to wait for the fingerprint's alert
 STOP_TIMEOUT_S = 20.0
+# Everything close() may wait for: the processes' goodbye, one terminate/kill round, the backend's stop.
+CLEANUP_LIMIT_S = STOP_TIMEOUT_S + 40.0
 
 
 def log(msg: str) -> None:
@@ -67,20 +71,32 @@ def add_demo_command(sub) -> None:  # noqa: ANN001
 def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     demo = Demo(args)
+    code: int | str | None = 1
     try:
-        return demo.run()
+        code = demo.run()
+        return code
     except KeyboardInterrupt:
         log("interrupted: stopping the demo's processes and backend")
-        return 130
+        code = 130
+        return code
     except httpx.HTTPStatusError as exc:
         log(_refused(exc))
         return 1
     except httpx.HTTPError as exc:
         log(f"the backend at {demo.url} stopped answering ({exc!r}): stopping the demo")
         return 1
+    except SystemExit as exc:
+        code = exc.code
+        raise
     finally:
+        # Ctrl-C can land anywhere, in a library's half-taken lock too: if the orderly stop hangs,
+        # kill what the demo started and leave rather than hang the user's terminal.
+        watchdog = threading.Timer(CLEANUP_LIMIT_S, demo.kill_all, args=(code if isinstance(code, int) else 1,))
+        watchdog.daemon = True
+        watchdog.start()
         with _stop_signals_ignored():  # a second Ctrl-C must not cut the cleanup short
             demo.close()
+        watchdog.cancel()
 
 
 def _refused(exc: httpx.HTTPStatusError) -> str:
@@ -152,6 +168,16 @@ class Demo:
             log("the demo's processes wait for Resume or Stop in the dashboard; Ctrl-C to quit")
             signal.pause()
         return 0
+
+    def kill_all(self, code: int) -> None:
+        """The last resort when stopping hangs: SIGKILL every process the demo started, then exit."""
+        log(f"stopping took over {CLEANUP_LIMIT_S:.0f} s: killing the demo's processes and backend")
+        pids = [p.pid for p in (self.procs.all() if self.procs else []) if p.pid]
+        pids += [self.server.pid] if self.server is not None else []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os._exit(code)
 
     def close(self) -> None:
         if self.procs is not None:
@@ -302,16 +328,22 @@ class DemoProcesses:
         self.channels = Channels(records=ctx.Queue(maxsize=RECORDS_QUEUE_SLOTS), stop=ctx.Event())
         n = args.workers + (0 if args.healthy else 1)
         self.weights = [ctx.Queue(maxsize=2) for _ in range(n)]
-        self.trainer = ctx.Process(target=trainer_main, args=(job, self.channels, self.weights, args.steps, 0),
+        self.entered: dict[str, Any] = {}  # process name -> its Channels.entered flag
+
+        def channels(name: str, **extra: Any) -> Channels:
+            self.entered[name] = flag = ctx.RawValue("b", 0)
+            return dataclasses.replace(self.channels, entered=flag, **extra)
+
+        self.trainer = ctx.Process(target=trainer_main, args=(job, channels("trainer"), self.weights, args.steps, 0),
                                    name="trainer", daemon=True)
-        self.workers = [ctx.Process(target=rollout_main, args=(job, f"worker-{i}", False, self.channels,
+        self.workers = [ctx.Process(target=rollout_main, args=(job, f"worker-{i}", False, channels(f"rollout-{i}"),
                                                                self.weights[i], 100 + i),
                                     name=f"rollout-{i}", daemon=True) for i in range(args.workers)]
         self.late = self.join = None
         self.late_worker_id = f"worker-{args.workers}"
         if not args.healthy:
             self.join = ctx.Event()
-            held = Channels(records=self.channels.records, stop=self.channels.stop, join=self.join)
+            held = channels("rollout-autoscaled", join=self.join)
             self.late = ctx.Process(target=rollout_main, args=(job, self.late_worker_id, True, held, self.weights[-1], 100 + n),
                                     name="rollout-autoscaled", daemon=True)
         self.started: list = []
@@ -328,8 +360,13 @@ class DemoProcesses:
         self.join.set()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Ask every process to close its monitor and leave; terminate the ones that do not."""
+        """Ask every process in the run to close its monitor and leave; terminate the ones that do
+        not, and at once the ones still starting (importing torch can take longer than the timeout
+        on a busy machine, and they have no monitor to close)."""
         self.channels.stop.set()
+        for p in self.started:
+            if not self.entered[p.name].value:
+                p.terminate()
         deadline = time.monotonic() + timeout
         for p in self.started:
             p.join(timeout=max(0.1, deadline - time.monotonic()))

@@ -8,12 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
+from paritywatch.demo.run import STOP_TIMEOUT_S
 from tests.browser.conftest import browser, new_page  # noqa: F401 - the browser fixture, for the run page test
 from tests.support.live import ROOT, ProcessServer, free_port, wait_for
 
@@ -150,7 +152,11 @@ def test_a_stopped_demo_leaves_no_process_behind(tmp_path, model_dir, sig):
         # backend + trainer + 2 workers + the held-back one + multiprocessing's resource tracker
         children = wait_for(lambda: (lambda c: c if len(c) >= 6 else None)(descendants(demo.pid)), timeout_s=240, interval_s=0.2)
         demo.send_signal(sig)
+        sent = time.monotonic()
         assert demo.wait(timeout=120) == {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: 130}[sig]
+        # The processes were still importing torch: they are terminated at once, not waited for
+        # (before: every stop waited out the 20 s goodbye).
+        assert time.monotonic() - sent < STOP_TIMEOUT_S
         wait_for(lambda: not alive(children), timeout_s=30, interval_s=0.2)
     finally:  # whatever happened, end what this test started (by pid, never by name)
         for p in alive(children + descendants(demo.pid)):
