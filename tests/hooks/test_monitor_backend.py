@@ -6,13 +6,13 @@ import json
 import logging
 import multiprocessing
 import os
-import resource
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -52,26 +52,34 @@ def test_points_arrive_once_with_the_component_registered_and_beating(backend: B
 def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool_dir: Path) -> None:
     """Every point arrives exactly once across a 10 s outage; no log() call blocked or worked > 1 ms.
 
-    Told apart from the machine's pauses: each call's voluntary context switches (the thread waited
-    on a lock, the GIL or I/O) must be zero, and no call may use over 1 ms of its thread's CPU time.
-    Wall time is not judged: on these shared cores a call can take 2 ms of wall time with no
-    context switch at all (the virtual CPU itself was paused; seen in CI)."""
+    Told apart from the machine's pauses: "blocked" is judged by what each call runs, not by time.
+    A profiler records every built-in function log() calls; all must be ones that cannot wait (no
+    lock, no I/O, no sleep). And no call may use over 1 ms of its thread's CPU time. Neither wall
+    time nor context switches are judged: on these shared cores a call can take 2 ms of wall time
+    with no switch at all (the virtual CPU paused), and a thread made to hand over the GIL mid-call
+    counts a voluntary switch that is not log()'s doing (both seen in CI)."""
     monitor = ParityMonitor("outage", url=own_backend.url, spool_dir=spool_dir, max_backoff_s=2.0)
     run_id = own_backend.run_id("outage")
     outage = threading.Thread(target=_outage, args=(own_backend, 10.0))
     calls = []
+    builtins: Counter = Counter()
+
+    def record_builtin_calls(frame, event, arg) -> None:  # noqa: ANN001
+        if event == "c_call" and arg is not sys.setprofile:
+            builtins[arg.__qualname__] += 1
+
     gc.collect()
     gc.freeze()  # a full collection of pytest's own objects is the host's pause, not log()'s
     try:
         for step in range(5000):
             if step == 1000:
                 outage.start()
-            before = resource.getrusage(resource.RUSAGE_THREAD)
+            metrics = {"train/loss": 1.0 / (step + 1)}
             start, cpu_start = time.perf_counter_ns(), time.thread_time_ns()
-            monitor.log({"train/loss": 1.0 / (step + 1)}, step)
-            elapsed, cpu = time.perf_counter_ns() - start, time.thread_time_ns() - cpu_start
-            after = resource.getrusage(resource.RUSAGE_THREAD)
-            calls.append((elapsed, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw, cpu))
+            sys.setprofile(record_builtin_calls)
+            monitor.log(metrics, step)
+            sys.setprofile(None)
+            calls.append((time.perf_counter_ns() - start, time.thread_time_ns() - cpu_start))
             time.sleep(0.004)  # the training step itself (the workload, not a synchronisation)
     finally:
         gc.unfreeze()
@@ -82,10 +90,14 @@ def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool
     assert own_backend.counts(run_id)["train/loss"] == 5000
     assert monitor.stats()["dropped_points"] == 0
     durations = sorted(call[0] for call in calls)
-    slow = [call for call in calls if call[0] > 1_000_000]
-    print(f"log(): median {durations[2500]} ns, slowest {durations[-5:]} ns, over 1 ms: {slow}")
-    assert [call for call in calls if call[1]] == [], "log() blocked (voluntary context switch)"
-    assert [call for call in calls if call[3] > 1_000_000] == [], "log() used > 1 ms of CPU"
+    print(f"log(): median {durations[2500]} ns, slowest {durations[-5:]} ns, built-ins called: {dict(builtins)}")
+    assert set(builtins) <= CANNOT_WAIT, f"log() called what may block: {set(builtins) - CANNOT_WAIT}"
+    assert [call for call in calls if call[1] > 1_000_000] == [], "log() used > 1 ms of CPU"
+
+
+# The built-ins log() may call (sys.setprofile's c_call events): none can wait. A new one in log()
+# must be added here knowingly; a lock, a socket call, an Event.set or a sleep never belongs.
+CANNOT_WAIT = {"len", "deque.append", "getpid"}
 
 
 def _outage(backend: Backend, seconds: float) -> None:
