@@ -77,12 +77,13 @@ def _health_latencies_during(srv, upload: Upload, settle_s: float = 0.3) -> list
 
 
 def assert_responsive(latencies: list[float]) -> None:
-    """/healthz answered within 100 ms while the body went in. On a machine shared with other
-    jobs an idle server, too, misses 100 ms now and then (a scheduling hiccup), so 90% must make
-    it and none may take a second; before the fix every check stalled for ~10 s."""
+    """/healthz kept answering while the body went in: before the fix every check stalled for ~10 s.
+    The bounds sit far from that and clear of a loaded CI box (two test workers and their servers
+    on two cores; seen there: an idle server misses 100 ms now and then): 90% within 250 ms, none
+    over 3 s."""
     assert len(latencies) >= 5, latencies
-    fast = sum(1 for t in latencies if t < 0.1) / len(latencies)
-    assert fast >= 0.9 and max(latencies) < 1.0, f"{fast:.0%} within 100 ms, slowest {max(latencies):.3f} s"
+    fast = sum(1 for t in latencies if t < 0.25) / len(latencies)
+    assert fast >= 0.9 and max(latencies) < 3.0, f"{fast:.0%} within 250 ms, slowest {max(latencies):.3f} s"
 
 
 def test_unauthenticated_32_mb_nested_body_costs_nothing(server):
