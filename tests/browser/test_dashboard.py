@@ -171,7 +171,10 @@ def test_alert_acknowledge_and_resolve(page, server, seeded):
     page.locator(".alerts", has_text="No open alerts").wait_for()
     page.locator(".alerts input[type=checkbox]").check()
     resolved = page.locator(".alert-item.status-resolved")
-    resolved.locator(".history summary").click()
+    for _ in range(5):  # bounded: a live re-render can replace the item between locating and clicking it
+        resolved.locator(".history summary").click()
+        if resolved.locator(".history").evaluate("d => d.open"):
+            break
     events = resolved.locator(".events")
     events.locator("li", has_text="resolved").wait_for()
     assert "acknowledged" in events.inner_text()
