@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import multiprocessing as mp
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -36,8 +36,6 @@ JOIN_DEADLINE_S = 120.0  # without: after this much training at the latest (a sl
 MIN_HEALTHY_STEPS = 100  # never earlier: the story needs healthy curves before the change
 MISMATCH_GRACE_S = 30.0  # after a pause by the alignment rule, how long to wait for the fingerprint's alert
 STOP_TIMEOUT_S = 20.0
-# Everything close() may wait for: the processes' goodbye, one terminate/kill round, the backend's stop.
-CLEANUP_LIMIT_S = STOP_TIMEOUT_S + 40.0
 
 
 def log(msg: str) -> None:
@@ -70,33 +68,23 @@ def add_demo_command(sub) -> None:  # noqa: ANN001
 
 def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: for a demo that seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     demo = Demo(args)
-    code: int | str | None = 1
     try:
-        code = demo.run()
-        return code
+        return demo.run()
     except KeyboardInterrupt:
         log("interrupted: stopping the demo's processes and backend")
-        code = 130
-        return code
+        return 130
     except httpx.HTTPStatusError as exc:
         log(_refused(exc))
         return 1
     except httpx.HTTPError as exc:
         log(f"the backend at {demo.url} stopped answering ({exc!r}): stopping the demo")
         return 1
-    except SystemExit as exc:
-        code = exc.code
-        raise
     finally:
-        # Ctrl-C can land anywhere, in a library's half-taken lock too: if the orderly stop hangs,
-        # kill what the demo started and leave rather than hang the user's terminal.
-        watchdog = threading.Timer(CLEANUP_LIMIT_S, demo.kill_all, args=(code if isinstance(code, int) else 1,))
-        watchdog.daemon = True
-        watchdog.start()
         with _stop_signals_ignored():  # a second Ctrl-C must not cut the cleanup short
             demo.close()
-        watchdog.cancel()
 
 
 def _refused(exc: httpx.HTTPStatusError) -> str:
@@ -168,16 +156,6 @@ class Demo:
             log("the demo's processes wait for Resume or Stop in the dashboard; Ctrl-C to quit")
             signal.pause()
         return 0
-
-    def kill_all(self, code: int) -> None:
-        """The last resort when stopping hangs: SIGKILL every process the demo started, then exit."""
-        log(f"stopping took over {CLEANUP_LIMIT_S:.0f} s: killing the demo's processes and backend")
-        pids = [p.pid for p in (self.procs.all() if self.procs else []) if p.pid]
-        pids += [self.server.pid] if self.server is not None else []
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        os._exit(code)
 
     def close(self) -> None:
         if self.procs is not None:
