@@ -35,7 +35,7 @@ class Heartbeat:
         self._last = -float("inf")
 
     def beat_soon(self) -> None:
-        """Beat at the next tick that is at least EARLY_BEAT_MIN_S after the last beat."""
+        """Beat as soon as EARLY_BEAT_MIN_S have passed since the last beat."""
         self._next = min(self._next, self._last + EARLY_BEAT_MIN_S)
 
     def seconds_to_next(self) -> float:

@@ -30,7 +30,7 @@ MAX_PENDING_AUDITS = 32
 
 # A flush re-checks at least this often even if no tick signals (a thread that died, say).
 _FLUSH_RECHECK_S = 0.5
-_HEARTBEAT_RECHECK_S = 1.0  # the heartbeat thread looks at the clock (and at closing) at least this often
+_HEARTBEAT_RECHECK_S = 1.0  # the heartbeat thread re-reads its schedule at least this often (a backoff may end early)
 
 
 class Worker:

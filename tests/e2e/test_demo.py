@@ -166,7 +166,7 @@ def test_a_stopped_demo_leaves_no_process_behind(tmp_path, model_dir, sig):
         sent = time.monotonic()
         try:
             code = demo.wait(timeout=120)
-        except subprocess.TimeoutExpired:  # CI saw this twice (Ctrl-C): say where the demo is stuck
+        except subprocess.TimeoutExpired:  # a demo that does not stop: say where it is stuck
             size = stderr.stat().st_size
             demo.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack to stderr
             wait_for(lambda: stderr.stat().st_size > size, timeout_s=10)

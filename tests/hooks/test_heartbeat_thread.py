@@ -1,6 +1,6 @@
 """Liveness does not wait for deliveries: a metric batch the server is slow to answer must not
 silence a process's heartbeats, or the backend reports a live process lost (a false
-`heartbeat_lost`, seen on PostgreSQL with 17 processes: one ingest answer took over 10 s)."""
+`heartbeat_lost`, seen on PostgreSQL with 17 processes: ingest answers took over 5 s)."""
 from __future__ import annotations
 
 import asyncio
