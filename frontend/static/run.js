@@ -61,7 +61,7 @@ export async function renderRun(root, runId) {
     el.ended.textContent = state.run.ended_at ? `ended ${ago(state.run.ended_at)}` : '';
     el.ended.title = when(state.run.ended_at);
     clear(el.firing, 'firing: ', severityBadges(state.run.firing_alerts));
-    renderControls(el.controls, state.run, me, (control) => { state.run.control = control; drawHead(); drawBanner(); });
+    renderControls(el.controls, state.run, me, (control) => { adoptControl(control); drawHead(); drawBanner(); });
   }
 
   function drawBanner() {
@@ -92,7 +92,7 @@ export async function renderRun(root, runId) {
         diff ? h('button', { class: 'button', on: { click: () => openDiff(groups[0] ? groupLabel(groups[0]) : 'Processor mismatch', diff, names.has('chat_template') ? 'chat_template' : [...names][0]) } }, 'Show diff') : null,
         canPause ? h('button', { class: 'button warn', dataset: { action: 'pause' }, on: { click: async () => {
           const control = await confirmControl(runId, 'pause', state.run.name);
-          if (control) { state.run.control = control; drawHead(); drawBanner(); }
+          if (control) { adoptControl(control); drawHead(); drawBanner(); }
         } } }, 'Pause run') : null)));
   }
 
@@ -142,8 +142,20 @@ export async function renderRun(root, runId) {
   }
 
   let runLoadedAt = Date.now();
+  // Answers arrive out of order (a reload sent before a pause can land after the pause's own
+  // answer or its live event): the control with the highest version is the newest and wins.
+  function adoptControl(control) {
+    if (control && control.version >= state.run.control.version) state.run.control = control;
+  }
+
+  function adoptRun(fresh) {
+    const control = state.run.control;
+    state.run = fresh;
+    adoptControl(control);
+  }
+
   async function refreshRun() {
-    state.run = await api(`/runs/${runId}`);
+    adoptRun(await api(`/runs/${runId}`));
     runLoadedAt = Date.now();
     drawHead();
     drawPacks();
@@ -169,7 +181,7 @@ export async function renderRun(root, runId) {
   function onRunEvent(data) {
     const v = state.versions;
     if (data.control && data.control.version !== state.run.control.version) refreshRun().catch(() => {}); // ended_at, processes
-    if (data.control) state.run.control = data.control;
+    adoptControl(data.control);
     if (data.firing_alerts) state.run.firing_alerts = data.firing_alerts;
     if (data.last_step !== undefined && data.last_step !== state.run.last_step) {
       state.run.last_step = data.last_step;
@@ -201,7 +213,7 @@ export async function renderRun(root, runId) {
         if (f !== firing) { firing = f; loadAlerts(); loadAudit(true); }
         if (c !== comps) { comps = c; loadParity(); }
         if (fresh.last_step !== state.run.last_step) { charts.appendLive(fresh.last_step); loadAudit(); }
-        state.run = fresh;
+        adoptRun(fresh);
         drawHead();
         drawBanner();
         drawPacks();
