@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import ROOT, new_page, page_problems
+from tests.support.live import wait_for
 from tests.browser.seed import Seeder, processor_fingerprints, seed_big_run, seed_clean_run, seed_mismatch_run
 
 pytestmark = pytest.mark.browser
@@ -29,16 +29,6 @@ def seeded(server, tmp_path_factory):
     if control["state"] != "running":
         s.post(f"/runs/{run['id']}/control", {"action": "resume", "reason": "test setup", "actor": "test"})
     return {"mismatch": run, "clean": clean, "seeder": s}
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class TrainingLoop:
@@ -140,7 +130,7 @@ def test_mismatch_is_visible_explained_and_one_click_from_pausing(page, server, 
         meta = page.locator(".control-meta").inner_text()
         assert "by " in meta and "chat template mismatch on vllm-default-tok" in meta
         assert page.locator(".controls button[data-action=pause]").is_disabled()
-        wait_for(lambda: loop.monitor.state == "paused", timeout=10, what="the hook to see 'paused'")
+        wait_for(lambda: loop.monitor.state == "paused", timeout_s=10, what="the hook to see 'paused'")
         assert loop.held_back(), "the hook kept training while paused"
         page.screenshot(path=str(screenshots / "run-paused.png"), full_page=False)
 
@@ -148,7 +138,7 @@ def test_mismatch_is_visible_explained_and_one_click_from_pausing(page, server, 
         page.locator("dialog[open] textarea").fill("fixed the worker's processor")
         page.locator("dialog[open] button[type=submit]").click()
         page.locator(".controls .state[data-state=running]").wait_for()
-        wait_for(lambda: loop.monitor.state == "running", timeout=10, what="the hook to see 'running' again")
+        wait_for(lambda: loop.monitor.state == "running", timeout_s=10, what="the hook to see 'running' again")
         assert loop.progressing()
     finally:
         loop.close()

@@ -18,19 +18,11 @@ from pathlib import Path
 import pytest
 
 from tests.hooks.conftest import ROOT, Backend, free_port
+from tests.support.live import wait_for
 from trainer_hooks.contract import DROPPED_POINTS_KEY as DROPPED_KEY
 from trainer_hooks.monitor import ParityMonitor
 from trainer_hooks.worker import Worker
 from trainer_hooks.settings import HookSettings
-
-
-def _wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_points_arrive_once_with_the_component_registered_and_beating(backend: Backend, spool_dir: Path) -> None:
@@ -40,7 +32,7 @@ def test_points_arrive_once_with_the_component_registered_and_beating(backend: B
             monitor.log({"loss": 1.0 / (step + 1), "lr": 1e-4}, step)
         monitor.log({"loss": float("nan")}, 300)  # not finite: skipped, not an error
         assert monitor.flush(10.0)
-        assert _wait_until(lambda: monitor.stats()["heartbeats"] >= 2)
+        wait_for(lambda: monitor.stats()["heartbeats"] >= 2)
     run = backend.get(f"/runs/{backend.run_id('basic')}")
     assert backend.counts(run["id"]) == {"loss": 300, "lr": 300}
     assert run["tags"] == {"model": "tiny"} and run["last_step"] == 299
@@ -133,9 +125,9 @@ def test_a_killed_backend_mid_stream_loses_and_duplicates_nothing(own_backend: B
 def test_pause_blocks_wait_if_paused_resume_releases_and_stop_sets_should_stop(backend: Backend, spool_dir: Path) -> None:
     monitor = ParityMonitor("control", url=backend.url, spool_dir=spool_dir)
     run_id = backend.run_id("control")
-    assert _wait_until(lambda: monitor.state == "running")
+    wait_for(lambda: monitor.state == "running")
     backend.post(f"/runs/{run_id}/control", {"action": "pause", "reason": "test"})
-    assert _wait_until(lambda: monitor.state == "paused", timeout=5.0)
+    wait_for(lambda: monitor.state == "paused", timeout_s=5.0)
 
     released = threading.Event()
     waiter = threading.Thread(target=lambda: (monitor.wait_if_paused(), released.set()), daemon=True)
@@ -149,11 +141,11 @@ def test_pause_blocks_wait_if_paused_resume_releases_and_stop_sets_should_stop(b
     assert not monitor.should_stop
 
     backend.post(f"/runs/{run_id}/control", {"action": "stop", "reason": "enough"})
-    assert _wait_until(lambda: monitor.should_stop, timeout=5.0)
+    wait_for(lambda: monitor.should_stop, timeout_s=5.0)
     assert monitor.state == "stopping"
     assert monitor.wait_if_paused(timeout=0.1) is True
     rollout = ParityMonitor("control", side="rollout", url=backend.url, spool_dir=spool_dir)
-    assert _wait_until(lambda: rollout.state == "stopping", timeout=5.0)
+    wait_for(lambda: rollout.state == "stopping", timeout_s=5.0)
     rollout.close()  # a rollout worker does not answer for the run
     assert backend.get(f"/runs/{run_id}/control")["state"] == "stopping"
     monitor.close()  # the loop ended: the trainer reports it and the stop completes
@@ -164,9 +156,9 @@ def test_pause_blocks_wait_if_paused_resume_releases_and_stop_sets_should_stop(b
 def test_a_stop_issued_while_paused_releases_the_loop(backend: Backend, spool_dir: Path) -> None:
     monitor = ParityMonitor("pause-then-stop", url=backend.url, spool_dir=spool_dir)
     run_id = backend.run_id("pause-then-stop")
-    assert _wait_until(lambda: monitor.state == "running")
+    wait_for(lambda: monitor.state == "running")
     backend.post(f"/runs/{run_id}/control", {"action": "pause"})
-    assert _wait_until(lambda: monitor.state == "paused", timeout=5.0)
+    wait_for(lambda: monitor.state == "paused", timeout_s=5.0)
     outcome: list[bool] = []
     waiter = threading.Thread(target=lambda: outcome.append(monitor.wait_if_paused(timeout=30.0)), daemon=True)
     waiter.start()
@@ -263,7 +255,7 @@ def test_drops_are_reported_as_a_metric_when_the_spool_is_full(own_backend: Back
                             flush_interval_s=0.05, max_backoff_s=0.5)
     for step in range(10):
         monitor.log({"loss": 1.0, "kl": 0.0}, step)
-    assert _wait_until(lambda: monitor.stats()["spool_dropped_points"] == 20)
+    wait_for(lambda: monitor.stats()["spool_dropped_points"] == 20)
     own_backend.start()
     run_id = own_backend.run_id("drops")
 
@@ -272,7 +264,7 @@ def test_drops_are_reported_as_a_metric_when_the_spool_is_full(own_backend: Back
             return None
         return own_backend.get(f"/runs/{run_id}/series", key=DROPPED_KEY, points=10)["buckets"]["last"][-1]
 
-    assert _wait_until(lambda: reported() is not None, timeout=20.0)
+    wait_for(lambda: reported() is not None, timeout_s=20.0)
     monitor.close()
     assert reported() == 20.0  # the report's own lost copies are not counted as drops
     assert "loss" not in own_backend.counts(run_id)
@@ -393,15 +385,15 @@ def test_health_follows_the_backend(own_backend: Backend, spool_dir: Path) -> No
     monitor = ParityMonitor("health", url=own_backend.url, spool_dir=spool_dir, max_backoff_s=0.5,
                             heartbeat_interval_s=0.2, poll_timeout_s=1.0)
     try:
-        assert _wait_until(lambda: monitor.healthy)
+        wait_for(lambda: monitor.healthy)
         assert monitor.stats()["backend_error"] is None
         own_backend.stop(signal.SIGKILL)
-        assert _wait_until(lambda: not monitor.healthy)
+        wait_for(lambda: not monitor.healthy)
         stats = monitor.stats()
         assert stats["healthy"] is False and stats["backend_error"]  # refused, or reset mid-request
         assert stats["unreachable_s"] is not None
         own_backend.start()
-        assert _wait_until(lambda: monitor.healthy, timeout=20.0)
+        wait_for(lambda: monitor.healthy, timeout_s=20.0)
     finally:
         monitor.close()
     assert not monitor.healthy  # closed: nobody is watching any more
@@ -468,7 +460,7 @@ def test_sampling_reported_while_the_processor_is_fingerprinted_waits_for_it(
         release.set()
         concurrent_wait = pending.exception(timeout=60)
         assert (concurrent_wait is None) == (fingerprinting == "succeeds")
-        assert _wait_until(lambda: monitor.flush(5.0) and monitor.stats()["fingerprints_posted"] == 1, timeout=20)
+        wait_for(lambda: monitor.flush(5.0) and monitor.stats()["fingerprints_posted"] == 1, timeout_s=20)
         run = backend.get(f"/runs/{backend.run_id('held')}")
         posted = backend.get(f"/fingerprints/{run['components'][0]['fingerprint_digest']}")
     assert posted["components"]["sampling_params"]["value"]["temperature"] == 0.9

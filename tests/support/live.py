@@ -198,7 +198,7 @@ def settled_deliveries(server_url: str, hook_id: int, expected: int, timeout_s: 
     return wait_for(settled, timeout_s, interval_s=0.05)
 
 
-def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02):  # noqa: ANN001
+def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02, what: str = "condition"):  # noqa: ANN001
     """Poll `predicate` until it returns something truthy (returned); TimeoutError at the deadline."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -206,7 +206,7 @@ def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02):  # n
         if value:
             return value
         time.sleep(interval_s)
-    raise TimeoutError("condition not met in time")
+    raise TimeoutError(f"{what} not met within {timeout_s:g} s")
 
 
 def first_within(predicate, window_s: float, interval_s: float = 0.05):  # noqa: ANN001
