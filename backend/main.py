@@ -14,6 +14,8 @@ from fastapi.staticfiles import StaticFiles
 from paritywatch.backend import migrate
 from paritywatch.backend.api.deps import RunProjects
 from paritywatch.backend.api.errors import error_response, install_error_handlers
+from paritywatch.backend.api.fast_ingest import MetricBatchFastPath
+from paritywatch.backend.api.ingest import IngestServices
 from paritywatch.backend.alerts.effects import Effects
 from paritywatch.backend.alerts.notifier import Notifier
 from paritywatch.backend.api.query import reject_unknown_query
@@ -114,6 +116,7 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     app.state.notifier = Notifier(db, settings, app.state.effects)
     app.state.engine = DetectionEngine(db, settings, app.state.effects)
     app.state.janitor = Janitor(db, app.state.metrics, settings)
+    app.state.ingest = IngestServices(app.state.metrics, settings, app.state.engine, app.state.counters)
     app.state.schema_revision = None
 
     install_error_handlers(app)
@@ -132,6 +135,8 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     _add_api_fallback(app)  # after every API route, before the static mount
     if settings.serve_dashboard:
         _mount_static(app)
+    # Innermost first: the fast path runs after the guard's checks, its answers get the headers.
+    app.add_middleware(MetricBatchFastPath, services=app.state.ingest, projects=app.state.run_projects)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestGuard, tokens=app.state.tokens, open_mode=app.state.open_mode,
                        small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes)

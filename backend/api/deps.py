@@ -79,13 +79,19 @@ class ScopeRequirement:
 
     # `authorization` is not read here (the guard did): it stays so the OpenAPI schema documents it.
     async def __call__(self, request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-        principal: Principal | None = request.scope.get(PRINCIPAL_KEY)
+        return await self.authorize(request.scope.get(PRINCIPAL_KEY), request.path_params.get("run_id"),
+                                    request.app.state.run_projects)
+
+    async def authorize(self, principal: Principal | None, run_id: int | str | None,
+                        projects: "RunProjects") -> Principal:
+        """The caller, if it holds one of the scopes and (a project-bound token) `run_id` is a run
+        of its project; 401 / 403 otherwise (404 for a run that does not exist)."""
         if principal is None:
             raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
         if not any(principal.has(s) for s in self.access.scopes):
             raise HTTPException(403, f"this needs the {' or '.join(self.access.scopes)} scope")
-        if principal.project is not None and "run_id" in request.path_params:
-            projects, run_id = request.app.state.run_projects, int(request.path_params["run_id"])
+        if principal.project is not None and run_id is not None:
+            run_id = int(run_id)
             project = projects.cached(run_id)
             if project is None:  # a query: on the thread pool, never on the event loop
                 project = await run_in_threadpool(projects.project_of, run_id)
@@ -200,7 +206,8 @@ DispatcherDep = Annotated[Dispatcher, Depends(app_service("dispatcher"))]
 ResolverDep = Annotated[Resolver, Depends(app_service("resolver"))]
 IngestDep = Annotated[Principal, Depends(require("ingest"))]
 # Routes that take big bodies (a metric batch, a fingerprint of a 128k vocabulary).
-IngestBulkDep = Annotated[Principal, Depends(require("ingest", large_body=True))]
+INGEST_BULK = require("ingest", large_body=True)
+IngestBulkDep = Annotated[Principal, Depends(INGEST_BULK)]
 ReadDep = Annotated[Principal, Depends(require("read"))]
 ReadOrIngestDep = Annotated[Principal, Depends(require("read", "ingest"))]
 AdminDep = Annotated[Principal, Depends(require("admin"))]
