@@ -17,6 +17,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false as sa_false,
+    true as sa_true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -182,6 +183,9 @@ class MetricChunk(Base):
     count: Mapped[int] = mapped_column(Integer)
     steps: Mapped[bytes] = mapped_column(LargeBinary)
     vals: Mapped[bytes] = mapped_column(LargeBinary)
+    # True: the points are folded into the level-1 roll-ups; false: a dense chunk, which level-1
+    # reads bucket raw (backend/store/metric_packing.py). Stored, not derived from `count`.
+    in_level1: Mapped[bool] = mapped_column(Boolean, server_default=sa_true())
 
 
 class MetricRollup(Base):

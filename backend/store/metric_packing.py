@@ -5,10 +5,12 @@ Raw points land in `metric_chunks`, packed: one row per series per batch (and pe
 2**12 steps), steps and values as little-endian int64/float64 bytes. Each batch also folds its
 points into `metric_rollups` at bucket widths 16, 256, 4096 and 65536 steps.
 
-Dense chunks (>= DENSE_CHUNK points, i.e. from big batches) skip the 16-step level: their raw
-rows are already as compact as its roll-ups would be (one row per >= 256 points), and that level
-is ~85% of the roll-up rows a big batch writes. Reads (backend/store/metric_reads.py) count every
-point exactly once either way.
+Dense chunks (>= DENSE_CHUNK points) skip the 16-step level: their one raw row stands in for the
+two or more level-1 rows their points would fold into, and that level would be 80 of the 185 rows
+of a 20-key, 50-step batch. Each chunk records which kind it is
+(`metric_chunks.in_level1`): reads (backend/store/metric_reads.py) and retention go by that flag,
+never by the count, so every point is counted exactly once whatever DENSE_CHUNK was when it was
+written.
 
 All the arithmetic happens here, before the write touches the database.
 """
@@ -24,9 +26,9 @@ from paritywatch.backend.store.metric_validation import check_batch
 ROLLUP_BASE = 16
 ROLLUP_LEVELS = (1, 2, 3, 4)  # bucket width = 16 ** level
 CHUNK_SHIFT = 12  # a chunk's steps all lie in one window [k * 4096, (k + 1) * 4096)
-# A chunk of at least this many points writes no level-1 roll-ups (see the module docstring).
-# Migration 0002 relies on this value: changing it needs a migration that rebuilds level 1.
-DENSE_CHUNK = 256
+# A new chunk of at least this many points writes no level-1 roll-ups (see the module docstring).
+# It decides new chunks only (stored ones carry their own in_level1), so it can change freely.
+DENSE_CHUNK = 32
 STEP_DTYPE, VALUE_DTYPE = np.dtype("<i8"), np.dtype("<f8")
 
 
@@ -38,7 +40,7 @@ def rollup_width(level: int) -> int:
 class KeyRows:
     """One series of a prepared batch, everything but its series id computed."""
 
-    chunks: list[tuple] = field(default_factory=list)  # (step_min, step_max, count, steps, vals)
+    chunks: list[tuple] = field(default_factory=list)  # (step_min, step_max, count, steps, vals, in_level1)
     rollups: list[tuple] = field(default_factory=list)  # (level, bucket, min, max, last_step, last_value, count)
     stats: tuple = ()  # (count, first_step, last_step, last_value)
     extremes: tuple = ()  # (min, max) of the batch's values: what a rule judges (backend/store/jobs.py)
@@ -118,9 +120,10 @@ def _fold(keys: list[str], st: np.ndarray, vals: np.ndarray, out: dict[str, KeyR
     for a, b in zip(ws, we):
         sb = st[a:b].tobytes()
         smin, smax = step_list[a], step_list[b - 1]
+        in_level1 = b - a < DENSE_CHUNK
         for kr, row in zip(rows, vals[:, a:b]):
-            kr.chunks.append((smin, smax, b - a, sb, row.tobytes()))
-        if b - a < DENSE_CHUNK:
+            kr.chunks.append((smin, smax, b - a, sb, row.tobytes(), in_level1))
+        if in_level1:
             sparse[a:b] = True
     # roll-ups, folded straight from the points; level 1 from the sparse chunks' points only
     if bool(sparse.all()):

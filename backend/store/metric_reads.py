@@ -23,7 +23,8 @@ def metric_key(s: Session, run_id: int, key: str) -> MetricKey | None:
 def read_raw(s: Session, series_id: int, a: int, b: int | None,
              dense_only: bool = False, budget: "RawBudget | None" = None) -> tuple[np.ndarray, np.ndarray]:
     """Raw points of a series with a <= step < b (b None: no upper bound), sorted by step;
-    `dense_only`: just those of chunks with >= DENSE_CHUNK points (the ones level 1 leaves out).
+    `dense_only`: just those of chunks not folded into level-1 roll-ups (`in_level1` false), which a
+    level-1 read buckets beside the roll-ups.
     A `budget` refuses (before fetching any) more raw points than it has left."""
     where, params = chunks_where(series_id, a, b, dense_only)
     if budget is not None and budget.limit is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.store.metric_packing import CHUNK_SHIFT, DENSE_CHUNK
+from paritywatch.backend.store.metric_packing import CHUNK_SHIFT
 
 
 class MetricSql:
@@ -21,8 +21,8 @@ class MetricSql:
             f"VALUES ({p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) ON CONFLICT (client_id, seq) DO NOTHING RETURNING id"
         )
         self.chunks = (
-            "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals) "
-            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p})"
+            "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
         )
         upd = (
             "ON CONFLICT (series_id, level, bucket) DO UPDATE SET "
@@ -65,8 +65,8 @@ class MetricSql:
 
 
 def chunks_where(series_id: int, a: int, b: int | None, dense_only: bool, table: str = "") -> tuple[str, dict]:
-    """WHERE clause (and its parameters) of the chunks that may hold steps in [a, b); `table`:
-    the chunks' alias in a join."""
+    """WHERE clause (and its parameters) of the chunks that may hold steps in [a, b); `dense_only`:
+    just the chunks whose points are not in level-1 roll-ups; `table`: the chunks' alias in a join."""
     t = f"{table}." if table else ""
     window = (max(a, 0) >> CHUNK_SHIFT) << CHUNK_SHIFT
     sql = f"WHERE {t}series_id = :sid AND {t}step_min >= :w AND {t}step_max >= :a"
@@ -75,8 +75,8 @@ def chunks_where(series_id: int, a: int, b: int | None, dense_only: bool, table:
         sql += f" AND {t}step_min < :b"
         params["b"] = b
     if dense_only:
-        sql += f" AND {t}count >= :dense"
-        params["dense"] = DENSE_CHUNK
+        sql += f" AND {t}in_level1 = :in_level1"
+        params["in_level1"] = False
     return sql, params
 
 

@@ -129,7 +129,7 @@ class MetricStore:
         chunks, rollups, stats = [], [], []
         for k in order:
             sid, kr = ids[k], batch.points[k]
-            chunks.extend((sid, c[0], batch_id, c[1], c[2], c[3], c[4]) for c in kr.chunks)
+            chunks.extend((sid, c[0], batch_id, *c[1:]) for c in kr.chunks)
             rollups.extend((sid, *r) for r in kr.rollups)
             n, first, last_step, last_value = kr.stats
             stats.append((n, first, first, last_step, last_value, last_step, last_step, sid))

@@ -13,8 +13,9 @@ cascade takes the small rest (keys, components, rules, control events).
 Retention: raw chunks of batches received more than N days ago are dropped, and so are per-sample
 audits received that long ago (their samples cascade: at most 64 an audit); roll-ups stay, so
 old runs still chart (at >= 16-step buckets: `metric_keys.raw_floor` tells reads where raw
-points end). Dense chunks have no level-1 roll-ups (see store/metric_packing.py), so each is folded into
-level 1 in the transaction that deletes it: every point stays counted exactly once.
+points end). Dense chunks have no level-1 roll-ups (`metric_chunks.in_level1` false; see
+store/metric_packing.py), so each is folded into level 1 in the transaction that deletes it: every
+point stays counted exactly once.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from sqlalchemy import delete, func, select, text
 
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import Component, MetricKey, RunDeletion, utcnow
-from paritywatch.backend.store.metric_packing import DENSE_CHUNK, decode_chunks, level1_rollups
+from paritywatch.backend.store.metric_packing import decode_chunks, level1_rollups
 from paritywatch.backend.store.metrics import MetricStore
 from paritywatch.backend.store.paging import PageRequest, keyset, split_page
 from paritywatch.backend.store.runs import get_run
@@ -172,12 +173,12 @@ class RowRemover:
 
     def prune_some(self, series_id: int, upto_batch: int, limit: int) -> tuple[int, float]:
         """Drop up to `limit` raw chunks of a series from batches <= `upto_batch`, folding the
-        dense ones into level-1 roll-ups first and raising the series' raw floor: (chunks
-        dropped, seconds). DELETE ... RETURNING: only the transaction that deleted a
-        chunk folds it."""
+        dense ones (`in_level1` false) into level-1 roll-ups first and raising the series' raw
+        floor: (chunks dropped, seconds). DELETE ... RETURNING: only the transaction that deleted
+        a chunk folds it."""
         p = self.p
         sql = self._limited("metric_chunks", f"series_id = {p} AND batch_id <= {p}",
-                            "step_max, count, batch_id, steps, vals")
+                            "step_max, in_level1, batch_id, steps, vals")
 
         def job(cur):  # noqa: ANN001, ANN202
             cur.execute(sql, (series_id, upto_batch, limit))
@@ -185,7 +186,7 @@ class RowRemover:
             if not rows:
                 return 0
             # in batch order: of equal steps the later batch's point is the bucket's last
-            dense = [(r[3], r[4]) for r in sorted(rows, key=lambda r: r[2]) if r[1] >= DENSE_CHUNK]
+            dense = [(r[3], r[4]) for r in sorted(rows, key=lambda r: r[2]) if not r[1]]
             if dense:
                 st, vs = decode_chunks(dense)
                 self.metrics.write_rollups(cur, [(series_id, *r) for r in level1_rollups(st, vs)])

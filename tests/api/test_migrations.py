@@ -62,7 +62,6 @@ def test_level1_rollups_are_rebuilt_both_ways_and_reads_do_not_change(empty_db_u
     either meaning reads the same buckets after the upgrade, and the downgrade restores 0001's."""
     from paritywatch.backend.db import Database, make_engine
     from paritywatch.backend.models import Run
-    from paritywatch.backend.store.metric_packing import DENSE_CHUNK
     from paritywatch.backend.store.metrics import MetricStore, prepare_batch
 
     url = empty_db_url
@@ -74,7 +73,7 @@ def test_level1_rollups_are_rebuilt_both_ways_and_reads_do_not_change(empty_db_u
         s.flush()
         run_id = run.id
     rng = random.Random(7)
-    store, step, sparse_points, total = MetricStore(db), 0, 0, 0
+    store, step, total = MetricStore(db), 0, 0
     for seq in range(40):  # dense and sparse batches of one series, interleaved
         n = rng.choice([1, 7, 40, 300, 900])
         steps = list(range(step, step + n))
@@ -82,7 +81,8 @@ def test_level1_rollups_are_rebuilt_both_ways_and_reads_do_not_change(empty_db_u
         store.ingest(run_id, "c", seq, prepare_batch(steps, {"s": [rng.uniform(-1, 1) for _ in steps]}, 10_000, 200))
         total += n
     with db.read() as s:
-        sparse_points = s.execute(text(f"SELECT sum(count) FROM metric_chunks WHERE count < {DENSE_CHUNK}")).scalar()
+        sparse_points = s.execute(text("SELECT sum(count) FROM metric_chunks WHERE in_level1")).scalar()
+        under_256 = s.execute(text("SELECT sum(count) FROM metric_chunks WHERE count < 256")).scalar()
     ranges = [(None, None, 1000), (100, 9_000, 300), (0, step, 500)]
 
     def reads(database) -> list:  # noqa: ANN001
@@ -99,12 +99,12 @@ def test_level1_rollups_are_rebuilt_both_ways_and_reads_do_not_change(empty_db_u
     assert all(r["bucket_width"] < 256 for r in before[1:])  # these reads use level 1
     assert sum(sum(r["buckets"]["count"]) for r in before[:1]) == total
     db.dispose()
-    assert 0 < level1_count() == sparse_points < total
+    assert 0 < level1_count() == sparse_points < under_256 < total
 
     migrate.downgrade(url, "0001")
     assert level1_count() == total  # 0001: every point in level 1
     migrate.upgrade(url)
-    assert level1_count() == sparse_points
+    assert level1_count() == under_256  # 0002 rebuilds level 1 from these, 0012 flags them so
     db = Database(url)
     try:
         assert reads(db) == before
