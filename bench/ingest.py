@@ -6,7 +6,7 @@
 What it does, in one run, side by side:
   * Paritywatch: `paritywatch serve` (a subprocess, 1 uvicorn worker unless --workers) on a fresh
     SQLite file, then on a fresh scratch PostgreSQL database. For 1, 8 and 32 concurrent clients
-    (--quick: 8) (threads, one httpx.Client each) every client posts columnar batches
+    (--quick: 8) (threads, one keep-alive connection each) every client posts columnar batches
     (`POST /api/v1/runs/{id}/metrics`) with its own client_id, seq 0, 1, 2..., increasing steps and
     its own keys (`w<i>/metric_<j>`), back to back for `duration` seconds, at two batch sizes:
     the hooks' largest batch (20 keys x 500 steps = 10,000 points) and MLflow's (20 x 50 = 1,000).
@@ -18,8 +18,10 @@ What it does, in one run, side by side:
     the same 20 keys x 50 steps shape.
 
 Figures: points/s = points accepted by the server in the timed window / window; p50/p99 post latency
-(ms, client-side, request sent -> response read). Bodies are pre-built strings so the load generator
-spends little CPU, but it shares the machine's cores with the server; its CPU share is reported.
+(ms, client-side, request sent -> response read). The load generator shares the machine's cores with
+the servers, so it spends as little CPU as it can, the same for both sides: bodies are pre-built
+strings, and each client is one keep-alive `http.client` connection (httpx cost ~0.5 ms of CPU a
+request here, a quarter of what a Paritywatch batch costs the server). Its CPU share is reported.
 Targets (docs/design.md, Targets), both gated, SQLite, 8 clients each side, no errors:
   * same batch size (1,000 points a request on both sides): Paritywatch >= 50x MLflow;
   * each client's largest batch (hooks 10,000 points; MLflow 1,000, its API's cap): >= 100x.
@@ -28,6 +30,7 @@ Progress on stderr; the last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import http.client
 import inspect
 import json
 import os
@@ -37,7 +40,9 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -69,27 +74,49 @@ TARGETS = {"same_batch": 50.0, "largest_batch": 100.0}
 
 
 # ------------------------------------------------------------------ load generation
+@dataclass
+class Answer:
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self):  # noqa: ANN201
+        return json.loads(self.content)
+
+
 class Client:
-    """One sender: builds its next body (cheaply: the values part is fixed) and posts it."""
+    """One sender on its own keep-alive connection: builds its next body (cheaply: the values
+    part is fixed) and posts it."""
 
     def __init__(self, idx: int, url: str, make_body, check, points_per_request: int) -> None:  # noqa: ANN001
-        self.idx, self.url, self.make_body, self.check = idx, url, make_body, check
+        self.idx, self.make_body, self.check = idx, make_body, check
+        parts = urlsplit(url)
+        self.path = parts.path
+        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120.0)
         self.points_per_request = points_per_request
-        self.http = httpx.Client(timeout=120.0, headers={"content-type": "application/json"})
         self.seq = 0
         self.latencies: list[float] = []
         self.points = 0
         self.errors: list[str] = []
+
+    def post(self, body: bytes) -> Answer:
+        self.conn.request("POST", self.path, body, {"Content-Type": "application/json"})
+        r = self.conn.getresponse()
+        return Answer(r.status, r.read())
 
     def post_one(self, record: bool) -> None:
         body = self.make_body(self.idx, self.seq)
         self.seq += 1
         t = time.perf_counter()
         try:
-            r = self.http.post(self.url, content=body)
+            r = self.post(body)
             dt = time.perf_counter() - t
             ok, why = self.check(r)
-        except httpx.HTTPError as exc:
+        except (OSError, http.client.HTTPException) as exc:
+            self.conn.close()  # reconnects on the next request
             dt, ok, why = time.perf_counter() - t, False, repr(exc)
         if not ok:
             if len(self.errors) < 5:
@@ -98,6 +125,9 @@ class Client:
         if record:
             self.latencies.append(dt)
             self.points += self.points_per_request
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def drive(clients: list[Client], duration: float, min_requests: int = 0) -> dict:
@@ -133,7 +163,7 @@ def drive(clients: list[Client], duration: float, min_requests: int = 0) -> dict
     cpu0, cpu1 = cpu[0], os.times()
     wall = max(finished) - t0
     for c in clients:
-        c.http.close()
+        c.close()
     lat = [x for c in clients for x in c.latencies]
     points = sum(c.points for c in clients)
     errors = [e for c in clients for e in c.errors]
@@ -171,7 +201,7 @@ def paritywatch_bodies(n_clients: int, n_steps: int):  # noqa: ANN201
 
 
 def paritywatch_check(points_per_request: int):  # noqa: ANN201
-    def check(r: httpx.Response) -> tuple[bool, str]:
+    def check(r: Answer) -> tuple[bool, str]:
         if r.status_code != 200:
             return False, f"{r.status_code} {r.text[:200]}"
         j = r.json()
@@ -230,7 +260,7 @@ def mlflow_bodies(run_ids: list[str]):  # noqa: ANN201
 MLFLOW_WARMUP_S = 3.0
 
 
-def mlflow_check(r: httpx.Response) -> tuple[bool, str]:
+def mlflow_check(r: Answer) -> tuple[bool, str]:
     return (True, "") if r.status_code == 200 else (False, f"{r.status_code} {r.text[:200]}")
 
 
