@@ -116,7 +116,7 @@ def _bad_text(value) -> str | None:  # noqa: ANN001
 # --- headers ---
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key == name:
             return value.decode("latin-1")
@@ -132,10 +132,10 @@ def is_json_type(content_type: str | None) -> bool:
 
 
 def _has_body(scope: Scope) -> bool:
-    length = _header(scope, b"content-length")
+    length = header(scope, b"content-length")
     if length is not None:
         return length.strip() not in ("", "0")
-    return _header(scope, b"transfer-encoding") is not None
+    return header(scope, b"transfer-encoding") is not None
 
 
 def is_loopback(host: str) -> bool:
@@ -159,14 +159,14 @@ def local_caller_problem(scope: Scope) -> str | None:
     client = scope.get("client")
     if not client or not is_loopback(client[0]):
         return "open mode answers only callers on this machine; use a bearer token"
-    host = _header(scope, b"host")
+    host = header(scope, b"host")
     if not host or not is_loopback(_host_name(host)):
         return f"open mode answers only requests addressed to localhost (Host: {host!r}); use a bearer token"
     if scope.get("method") in UNSAFE_METHODS:
-        origin = _header(scope, b"origin")
+        origin = header(scope, b"origin")
         if origin is not None and (origin == "null" or urlsplit(origin).netloc.lower() != host.lower()):
             return f"open mode refuses cross-origin requests (Origin: {origin}); use a bearer token"
-        if (_header(scope, b"sec-fetch-site") or "").lower() in ("cross-site", "same-site"):
+        if (header(scope, b"sec-fetch-site") or "").lower() in ("cross-site", "same-site"):
             return "open mode refuses requests from other sites' pages; use a bearer token"
     return None
 
@@ -213,11 +213,11 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         limit = self.large_limit if access.large_body else self.small_limit
-        length = _header(scope, b"content-length")
+        length = header(scope, b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             await send_error(send, 413, f"request body over {limit} bytes")
             return
-        if not is_json_type(_header(scope, b"content-type")):
+        if not is_json_type(header(scope, b"content-type")):
             await send_error(send, 415, "send the body as JSON with Content-Type: application/json")
             return
         body = await self._read(receive, send, limit)
@@ -235,7 +235,7 @@ class RequestGuard:
 
     async def _identify(self, scope: Scope) -> tuple[Principal | None, tuple[int, str] | None]:
         """(principal, None) or (None, (status, why)) for when the route needs a caller."""
-        authorization = _header(scope, b"authorization")
+        authorization = header(scope, b"authorization")
         if authorization:
             scheme, _, secret = authorization.partition(" ")
             secret = secret.strip()

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from paritywatch.backend.api.deps import INGEST_BULK, PRINCIPAL_KEY, RunProjects
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
+from paritywatch.backend.middleware import header
 from trainer_hooks.contract import API_PREFIX
 
 # Up to 18 digits: always a 64-bit id; longer ones take the route (and its own answer).
@@ -43,8 +44,7 @@ class MetricBatchFastPath:
             body = await _read_body(receive)
             if body is None:  # the client went away: nobody to answer
                 return
-            content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), None)
-            result = await ingest_metric_batch(self.services, run_id, body, content_type)
+            result = await ingest_metric_batch(self.services, run_id, body, header(scope, b"content-type"))
             response = JSONResponse(result.model_dump())
         except Exception as exc:
             response = await _answer_for(scope, exc)
