@@ -85,6 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from paritywatch.backend.auth import ensure_bootstrap_token, has_active_tokens, has_any_tokens
     from paritywatch.backend.db import Database
     from paritywatch.backend.middleware import is_loopback
+    from trainer_hooks import contract
 
     url = _say_which_db(args)
     loopback = is_loopback(args.host)
@@ -137,6 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         # Open control long-polls would otherwise hold a SIGTERM for up to a minute.
         timeout_graceful_shutdown=3,
+        timeout_keep_alive=contract.SERVER_KEEPALIVE_S,  # longer than the hooks keep theirs
     )
     return 0
 

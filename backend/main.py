@@ -1,8 +1,9 @@
 """The FastAPI application: `create_app(settings)` wires store, API, watchers and dashboard."""
 from __future__ import annotations
 
+import asyncio
 import logging
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from html import escape as html_escape
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
             log.info("encrypted %d webhook secret(s) stored before encryption at rest", resealed)
         app.state.control_watcher.start()
         if settings.run_background_workers:
+            # The sweep counts a process's silence only while this loop ran (backend/alerts/hearing.py).
+            hearing = asyncio.create_task(app.state.engine.hearing.listen())
             app.state.dispatcher.start()
             app.state.engine.start()
             app.state.janitor.start()
@@ -78,6 +81,9 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
         app.state.streams.close_all()
         await app.state.control_watcher.stop()
         if settings.run_background_workers:
+            hearing.cancel()
+            with suppress(asyncio.CancelledError):
+                await hearing
             app.state.janitor.stop()
             app.state.engine.stop()
             app.state.notifier.stop()

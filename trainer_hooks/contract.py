@@ -220,6 +220,16 @@ def is_retryable_status(status: int) -> bool:
     return status >= 500 or status in RETRYABLE_CLIENT_ERRORS
 
 
+# --------------------------------------------------------------------------- connections
+
+# An idle keep-alive connection must be dropped by the hook before the server drops it: a request
+# sent on a connection the server is closing at that moment is reset, and the hook reports the
+# backend unreachable. The hook keeps idle connections HOOK_KEEPALIVE_S (httpx's default, made
+# explicit); the server, SERVER_KEEPALIVE_S (uvicorn's default, 5 s, is the same as httpx's: a race).
+HOOK_KEEPALIVE_S = 5.0
+SERVER_KEEPALIVE_S = 30.0
+
+
 # --------------------------------------------------------------------------- webhooks
 
 # The event types a webhook subscribes to, with what each means (GET /webhooks/event-types).

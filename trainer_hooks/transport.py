@@ -157,6 +157,8 @@ class Transport:
             base_url=config.url.rstrip("/") + config.prefix,
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
+            limits=httpx.Limits(max_connections=10, max_keepalive_connections=10,
+                                keepalive_expiry=contract.HOOK_KEEPALIVE_S),
         )
 
     def request(

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from paritywatch.backend.alerts import lifecycle
 from paritywatch.backend.alerts.effects import Effects, wakeups
+from paritywatch.backend.alerts.hearing import HearingClock
 from paritywatch.backend.db import Database
 from paritywatch.backend.errors import Conflict
 from paritywatch.backend.models import ENDED_RUN_STATES, Component, Run, utcnow
@@ -191,13 +192,17 @@ def _recover(s: Session, run: Run, comp: Component) -> None:
 
 # ------------------------------------------------------------------ the heartbeat sweep
 
-def sweep(effects: Effects, db: Database, timeout_s: float, now: datetime | None = None) -> dict[str, int]:
+def sweep(effects: Effects, db: Database, timeout_s: float, now: datetime | None = None,
+          hearing: HearingClock | None = None) -> dict[str, int]:
     """Live processes of live runs silent for `timeout_s` are lost; runs left with no live
-    process crash (or, stopping, complete their stop). Reads only live runs' live processes: its
+    process crash (or, stopping, complete their stop). Silence counts only while `hearing` says
+    this backend could hear (none given: all along). Reads only live runs' live processes: its
     cost does not grow with history. Returns counts for tests and benches."""
     now = now or utcnow()
-    cutoff = now - timedelta(seconds=timeout_s)
+    cutoff = now - timedelta(seconds=timeout_s) if hearing is None else hearing.cutoff(now, timeout_s)
     out = {"runs": 0, "lost": 0, "changed": 0}
+    if cutoff is None:  # not listening for a whole timeout yet: nobody's silence is proven
+        return out
     with effects.write(db) as s:
         run_ids = run_store.live_run_ids(s)
         out["runs"] = len(run_ids)

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from paritywatch.backend.alerts import lifecycle, run_state
 from paritywatch.backend.alerts.effects import Effects
+from paritywatch.backend.alerts.hearing import HearingClock
 from paritywatch.backend.db import Database
 from paritywatch.backend.detect import audits as audit_logic
 from paritywatch.backend.detect import attest as attest_logic
@@ -67,6 +68,7 @@ class DetectionEngine:
         self._thread: threading.Thread | None = None
         self._rule_keys_cache: dict[int, tuple[float, WatchedKeys]] = {}
         self.sweeps = 0  # completed heartbeat sweeps (tests wait on it instead of sleeping)
+        self.hearing = HearingClock()  # the serving loop ticks it (the app's lifespan)
         # Tests inject a failure between a write and its evaluation: called with (kind, run_id).
         self.fault_hook: Callable[[str, int], None] | None = None
 
@@ -373,7 +375,7 @@ class DetectionEngine:
             log.warning("detection of leftover jobs failed", exc_info=True)
 
     def sweep_heartbeats(self) -> bool:
-        run_state.sweep(self.effects, self.db, self.settings.heartbeat_timeout_s)
+        run_state.sweep(self.effects, self.db, self.settings.heartbeat_timeout_s, hearing=self.hearing)
         self.sweeps += 1
         return True
 

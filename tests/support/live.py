@@ -2,8 +2,10 @@
 and a local webhook receiver that records what it gets."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -21,6 +23,7 @@ from fastapi.testclient import TestClient
 
 from paritywatch.backend.main import create_app
 from paritywatch.backend.settings import Settings
+from trainer_hooks import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,6 +57,16 @@ def local_client(app, **kwargs) -> TestClient:  # noqa: ANN001
     return TestClient(app, base_url="http://127.0.0.1:8321", client=("127.0.0.1", 50000), **kwargs)
 
 
+class _LoopExposingServer(uvicorn.Server):
+    """uvicorn.Server that keeps a handle on the loop it serves on (to stall it in a test)."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets=None) -> None:  # noqa: ANN001
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+
 class ThreadServer:
     """uvicorn serving create_app(settings) in a daemon thread. Like `paritywatch serve` on
     loopback, it runs open (until a token exists) unless the settings say open_mode=False."""
@@ -66,9 +79,15 @@ class ThreadServer:
         settings = settings.model_copy(update=update)
         self.app = create_app(settings, **create_kwargs)
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+                                timeout_keep_alive=contract.SERVER_KEEPALIVE_S)  # as `paritywatch serve`
+        self.server = _LoopExposingServer(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def stall_event_loop(self, seconds: float) -> None:
+        """Block the serving loop for `seconds` (as a blocking call in a handler would): requests
+        wait in their sockets while the server's other threads go on."""
+        self.server.loop.call_soon_threadsafe(time.sleep, seconds)
 
     def __enter__(self) -> "ThreadServer":
         self.thread.start()
@@ -78,6 +97,54 @@ class ThreadServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+class RawHttp:
+    """One HTTP/1.1 connection to a loopback server, kept open between requests: to see whether
+    the server keeps it (keep-alive) or drops it, which an HTTP client's pool hides."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self._buffer = b""
+
+    def __enter__(self) -> "RawHttp":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+    def request(self, method: str, path: str, json_body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+        """(status, headers with lower-case names, body); ConnectionError if the server closed it."""
+        lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}", f"Content-Length: {len(json_body)}"]
+        if json_body:
+            lines.append("Content-Type: application/json")
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + json_body)
+        head = self._read_until(b"\r\n\r\n").decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
+        return int(head[0].split()[1]), headers, self._read_exactly(int(headers.get("content-length", 0)))
+
+    def closed_by_server(self) -> bool:
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return bool(readable) and self.sock.recv(1, socket.MSG_PEEK) == b""
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self._buffer += chunk
+
+    def _read_until(self, marker: bytes) -> bytes:
+        while marker not in self._buffer:
+            self._fill()
+        head, self._buffer = self._buffer.split(marker, 1)
+        return head
+
+    def _read_exactly(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            self._fill()
+        body, self._buffer = self._buffer[:n], self._buffer[n:]
+        return body
 
 
 class ProcessServer:
