@@ -21,6 +21,7 @@ import numpy as np
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paritywatch.backend.api.deps import PRINCIPAL_KEY, access_for
+from paritywatch.backend.api.errors import DATABASE_ERRORS, handler_response
 from paritywatch.backend.auth import OPEN_PRINCIPAL, Principal, TokenCache
 from trainer_hooks.contract import error_envelope
 
@@ -199,7 +200,11 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         access = access_for(scope["app"], scope["method"], scope["path"])
-        principal, refusal = await self._identify(scope)
+        try:
+            principal, refusal = await self._identify(scope)
+        except DATABASE_ERRORS as exc:  # the token or open-mode lookup runs outside the app's handlers
+            await SecurityHeaders(await handler_response(scope, exc))(scope, receive, send)
+            return
         if access.scopes:
             if principal is None:
                 status, message = refusal

@@ -10,11 +10,23 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
 from sqlalchemy.exc import OperationalError as SAOperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import Scope
 
 from paritywatch.backend.errors import ParitywatchError
 from trainer_hooks.contract import error_envelope
 
 log = logging.getLogger("paritywatch.api")
+
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - the server extra installs it
+    psycopg = None
+
+# What the database drivers raise when the database failed, transient or not.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (SAOperationalError, sqlite3.OperationalError,
+                                                *((psycopg.OperationalError,) if psycopg else ()))
 
 
 def is_transient_db_error(exc: BaseException) -> bool:
@@ -24,11 +36,19 @@ def is_transient_db_error(exc: BaseException) -> bool:
         exc = exc.orig or exc
     if isinstance(exc, sqlite3.OperationalError):
         return any(word in str(exc) for word in ("locked", "busy"))
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - the server extra installs it
-        return False
-    return isinstance(exc, psycopg.OperationalError)  # includes deadlocks and serialization failures
+    # psycopg's includes deadlocks and serialization failures
+    return psycopg is not None and isinstance(exc, psycopg.OperationalError)
+
+
+async def handler_response(scope: Scope, exc: Exception) -> Response:
+    """The answer the app's own exception handlers (below) give, found as Starlette finds them:
+    by the exception's class, nearest first; for middleware, which runs outside them. None fits:
+    raised, a 500 as anywhere."""
+    handlers = scope["app"].exception_handlers
+    for cls in type(exc).__mro__:
+        if cls in handlers:
+            return await handlers[cls](Request(scope), exc)
+    raise exc
 
 
 def error_response(status: int, message: str, code: str | None = None, details=None, headers=None):  # noqa: ANN001
@@ -79,11 +99,21 @@ def install_error_handlers(app: FastAPI) -> None:
         log.info("database refused a value: %s", exc.orig)
         return error_response(422, "a value in the request cannot be stored (out of range or invalid text)")
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
+    # By class, not in the catch-all below: Starlette hands an `Exception` handler's answer to
+    # uvicorn and then re-raises, so uvicorn logged "Exception in ASGI application" and closed the
+    # connection; a client that had not read the 503 yet got a reset instead, without Retry-After.
+    async def _database(request: Request, exc: Exception):
         if is_transient_db_error(exc):  # the transaction rolled back whole: a retry is safe
             log.warning("database busy or unavailable on %s %s: %s", request.method, request.url.path, exc)
             return error_response(503, "the database is busy or unavailable; retry shortly",
                                   headers={"Retry-After": "1"})
+        log.exception("database error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error")
+
+    for cls in DATABASE_ERRORS:
+        app.add_exception_handler(cls, _database)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal error")

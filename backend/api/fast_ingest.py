@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from paritywatch.backend.api.deps import INGEST_BULK, PRINCIPAL_KEY, RunProjects
+from paritywatch.backend.api.errors import handler_response
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
 from paritywatch.backend.middleware import header
 from trainer_hooks.contract import API_PREFIX
@@ -47,7 +47,7 @@ class MetricBatchFastPath:
             result = await ingest_metric_batch(self.services, run_id, body, header(scope, b"content-type"))
             response = JSONResponse(result.model_dump())
         except Exception as exc:
-            response = await _answer_for(scope, exc)
+            response = await handler_response(scope, exc)
         await response(scope, receive, send)
 
 
@@ -60,13 +60,3 @@ async def _read_body(receive: Receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-async def _answer_for(scope: Scope, exc: Exception):  # noqa: ANN202
-    """The answer the app's own exception handlers give (backend/api/errors.py), found as Starlette
-    finds them: by the exception's class, nearest first. None fits: raised, a 500 as anywhere."""
-    handlers = scope["app"].exception_handlers
-    for cls in type(exc).__mro__:
-        if cls in handlers:
-            return await handlers[cls](Request(scope), exc)
-    raise exc
