@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -139,6 +140,8 @@ def _has_body(scope: Scope) -> bool:
     return header(scope, b"transfer-encoding") is not None
 
 
+# Two calls a request in open mode; parsing an address costs more than the rest of the check.
+@functools.lru_cache(maxsize=1024)
 def is_loopback(host: str) -> bool:
     """`localhost` or a loopback address (IPv6 with or without brackets)."""
     if host == "localhost":
@@ -149,6 +152,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1024)
 def _host_name(host_header: str) -> str:
     return (urlsplit("//" + host_header).hostname or "").lower()
 

@@ -23,7 +23,8 @@ import numpy as np
 from paritywatch.backend.store.jobs import BatchSpan
 from paritywatch.backend.store.metric_validation import check_batch
 
-ROLLUP_BASE = 16
+ROLLUP_SHIFT = 4  # a step's bucket at a level is step >> (ROLLUP_SHIFT * level)
+ROLLUP_BASE = 1 << ROLLUP_SHIFT  # 16
 ROLLUP_LEVELS = (1, 2, 3, 4)  # bucket width = 16 ** level
 CHUNK_SHIFT = 12  # a chunk's steps all lie in one window [k * 4096, (k + 1) * 4096)
 # A new chunk of at least this many points writes no level-1 roll-ups (see the module docstring).
@@ -127,18 +128,32 @@ def _fold(keys: list[str], st: np.ndarray, vals: np.ndarray, out: dict[str, KeyR
             sparse[a:b] = True
     # roll-ups, folded straight from the points; level 1 from the sparse chunks' points only
     if bool(sparse.all()):
-        _fold_rollups(rows, 1, st, vals)
+        _fold_all_points(rows, 1, st, vals)
     elif bool(sparse.any()):
         _fold_rollups(rows, 1, st[sparse], vals[:, sparse])
     for level in ROLLUP_LEVELS[1:]:
-        _fold_rollups(rows, level, st, vals)
+        _fold_all_points(rows, level, st, vals)
     for k, kr in zip(keys, rows):
         out[k] = kr
 
 
+def _fold_all_points(rows: list[KeyRows], level: int, st: np.ndarray, vals: np.ndarray) -> None:
+    """`_fold_rollups` of all of the batch's points (rows' stats and extremes are theirs). A batch
+    inside one bucket of the level (most batches, at every level but the 16-step one) has one row
+    per key there, its own min, max and last point: no arithmetic left to do."""
+    shift = ROLLUP_SHIFT * level
+    first, last = int(st[0]), int(st[-1])
+    if first >> shift != last >> shift:
+        _fold_rollups(rows, level, st, vals)
+        return
+    bucket, n = first >> shift, len(st)
+    for kr in rows:
+        kr.rollups.append((level, bucket, kr.extremes[0], kr.extremes[1], kr.stats[2], kr.stats[3], n))
+
+
 def _fold_rollups(rows: list[KeyRows], level: int, st: np.ndarray, vals: np.ndarray) -> None:
     n = len(st)
-    buckets = st >> (4 * level)
+    buckets = st >> (ROLLUP_SHIFT * level)
     starts = group_starts(buckets)
     ends = np.append(starts[1:], n) - 1
     bl = buckets[starts].tolist()

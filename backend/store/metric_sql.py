@@ -2,10 +2,24 @@
 style, LEAST/GREATEST against min/max, and how many roll-up rows one statement merges."""
 from __future__ import annotations
 
+import functools
+import sqlite3
+
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from paritywatch.backend.store.metric_packing import CHUNK_SHIFT
+
+
+# Rows one SQLite INSERT takes, within the parameters a statement may have (32,766 since 3.32).
+ROWS_PER_STATEMENT = 500
+SQLITE_MAX_PARAMETERS = 32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+
+
+@functools.lru_cache(maxsize=256)  # the driver caches the prepared statement by its text as well
+def _multi_row_sql(head: str, tail: str, width: int, rows: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return head + "VALUES " + ", ".join([row] * rows) + tail
 
 
 class MetricSql:
@@ -20,10 +34,8 @@ class MetricSql:
             "INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, received_at) "
             f"VALUES ({p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) ON CONFLICT (client_id, seq) DO NOTHING RETURNING id"
         )
-        self.chunks = (
-            "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1) "
-            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
-        )
+        chunks = "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1) "
+        self.chunks = chunks + f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
         upd = (
             "ON CONFLICT (series_id, level, bucket) DO UPDATE SET "
             f"min = {lo}(metric_rollups.min, excluded.min), "
@@ -34,13 +46,13 @@ class MetricSql:
             "count = metric_rollups.count + excluded.count"
         )
         cols = "INSERT INTO metric_rollups (series_id, level, bucket, min, max, last_step, last_value, count) "
-        if pg:  # one statement for all rows, in the sorted order of the arrays (lock order)
-            self.rollups = (
-                cols + "SELECT * FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[], %s::float8[], "
-                "%s::bigint[], %s::float8[], %s::bigint[]) " + upd
-            )
-        else:
-            self.rollups = cols + "VALUES (?, ?, ?, ?, ?, ?, ?, ?) " + upd
+        # PostgreSQL: one statement for all rows, in the sorted order of the arrays (lock order).
+        # SQLite builds its multi-row statements from the parts (_insert_multi_row).
+        self.rollups = (
+            cols + "SELECT * FROM unnest(%s::int[], %s::int[], %s::bigint[], %s::float8[], %s::float8[], "
+            "%s::bigint[], %s::float8[], %s::bigint[]) " + upd
+        ) if pg else None
+        self._chunks_head, self._rollups_head, self._rollups_merge = chunks, cols, upd
         self.stats = (
             f"UPDATE metric_keys SET count = count + {p}, "
             f"first_step = CASE WHEN first_step IS NULL THEN {p} ELSE {lo}(first_step, {p}) END, "
@@ -56,6 +68,34 @@ class MetricSql:
         )
         self.job = ("INSERT INTO detect_jobs (run_id, kind, payload, created_at) "
                     f"VALUES ({p}, 'metrics', {p}, CURRENT_TIMESTAMP) RETURNING id")
+
+    def insert_chunks(self, cur, rows: list[tuple]) -> None:  # noqa: ANN001
+        """Insert chunk rows. PostgreSQL: one execution each (psycopg pipelines them)."""
+        if not self.pg:
+            self._insert_multi_row(cur, self._chunks_head, "", rows)
+        elif rows:
+            cur.executemany(self.chunks, rows)
+
+    def merge_rollups(self, cur, rows: list[tuple]) -> None:  # noqa: ANN001
+        """Merge roll-up rows into the stored ones. PostgreSQL: one statement over arrays, sorted
+        (lock order)."""
+        if not self.pg:
+            self._insert_multi_row(cur, self._rollups_head, " " + self._rollups_merge, rows)
+        elif rows:
+            cur.execute(self.rollups, [list(c) for c in zip(*sorted(rows))])
+
+    @staticmethod
+    def _insert_multi_row(cur, head: str, tail: str, rows: list[tuple]) -> None:  # noqa: ANN001
+        """SQLite: `rows` as multi-row INSERTs of up to ROWS_PER_STATEMENT rows, not one execution
+        each: each execution hands the GIL over and back around SQLite's work, and beside a busy
+        event loop each hand-back waits (a batch's 80 rows cost 80 waits)."""
+        if not rows:
+            return
+        width = len(rows[0])
+        per_statement = min(ROWS_PER_STATEMENT, SQLITE_MAX_PARAMETERS // width)
+        for i in range(0, len(rows), per_statement):
+            part = rows[i : i + per_statement]
+            cur.execute(_multi_row_sql(head, tail, width, len(part)), [v for row in part for v in row])
 
     def create_keys(self, count: int) -> tuple[str, str]:
         """(insert, select) of `count` metric keys of one run."""

@@ -8,7 +8,7 @@ routes call. Its parts, one job each:
 - backend/store/metric_series.py: the answer's shape.
 
 Ingest does all the arithmetic before it touches the database; the write itself is a handful of
-executemany calls on a driver cursor, run through `Database.run_raw` (group commit).
+statements on a driver cursor, run through `Database.run_raw` (group commit).
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ class MetricStore:
             rollups.extend((sid, *r) for r in kr.rollups)
             n, first, last_step, last_value = kr.stats
             stats.append((n, first, first, last_step, last_value, last_step, last_step, sid))
-        cur.executemany(self.sql.chunks, chunks)
+        self.sql.insert_chunks(cur, chunks)
         self.write_rollups(cur, rollups)
         cur.executemany(self.sql.stats, stats)
         cur.execute(self.sql.run, (batch.last_step, run_id, batch.last_step))
@@ -156,12 +156,7 @@ class MetricStore:
     def write_rollups(self, cur, rollups: list[tuple]) -> None:  # noqa: ANN001
         """Merge roll-up rows (series_id, level, bucket, min, max, last_step, last_value, count)
         into the stored ones, as ingest does."""
-        if not rollups:
-            return
-        if self.pg:
-            cur.execute(self.sql.rollups, [list(c) for c in zip(*sorted(rollups))])
-        else:
-            cur.executemany(self.sql.rollups, rollups)
+        self.sql.merge_rollups(cur, rollups)
 
     def _create_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
         out: dict[str, int] = {}

@@ -50,6 +50,22 @@ def test_rejected_batch_leaves_no_rows(client, app):
     assert post(client, run["id"], 1, [1, 2], {"ok": [1.0, 2.0]}).json()["accepted"] == 2
 
 
+def test_a_batch_of_more_rows_than_one_statement_takes_is_stored_whole(client, app):
+    """SQLite writes a batch's chunks and roll-ups as multi-row statements of at most
+    ROWS_PER_STATEMENT rows (backend/store/metric_sql.py): a batch of many keys spans several."""
+    from paritywatch.backend.store.metric_sql import ROWS_PER_STATEMENT
+
+    run = new_run(client)
+    n_keys = 2 * ROWS_PER_STATEMENT + 7
+    series = {f"k{i:04d}": [float(i), float(i) + 0.5] for i in range(n_keys)}
+    assert post(client, run["id"], 1, [10, 20], series).json()["accepted"] == 2 * n_keys
+    assert count_points(app) == 2 * n_keys and count_rows(app, MetricChunk) == n_keys
+    # per key: one 16-step bucket for each step (two sparse chunks' points), one at levels 2-4
+    assert count_rows(app, MetricRollup) == n_keys * 5
+    got = client.get(f"/api/v1/runs/{run['id']}/series", params={"key": f"k{n_keys - 1:04d}"}).json()
+    assert got["buckets"]["max"] == [n_keys - 1.0, n_keys - 0.5]
+
+
 def test_nonfinite_and_null_values_are_skipped_and_counted(client):
     run = new_run(client)
     raw = '{"client_id":"c","seq":1,"steps":[1,2,3,4],"series":{"x":[1.0,NaN,Infinity,-Infinity],"y":[null,2,3,4]}}'
