@@ -56,7 +56,19 @@ export function renderRunSettings(container, runId, me, onRules) {  // returns a
   function ruleRow(rule) {
     const enabled = h('input', { type: 'checkbox', checked: rule.enabled, disabled: !admin, 'aria-label': `enable rule ${rule.key}` });
     enabled.addEventListener('change', async () => {
-      try { await api(`/rules/${rule.id}`, { method: 'PATCH', body: { enabled: enabled.checked } }); loadRules(); } catch (err) { enabled.checked = !enabled.checked; enabled.title = err.message; }
+      // Busy until the server has the change: a second click cannot race the first, and the box
+      // is only usable again once it shows what the server holds.
+      enabled.disabled = true;
+      enabled.setAttribute('aria-busy', 'true');
+      try {
+        await api(`/rules/${rule.id}`, { method: 'PATCH', body: { enabled: enabled.checked } });
+        await loadRules();
+      } catch (err) {
+        enabled.checked = !enabled.checked;
+        enabled.title = err.message;
+        enabled.disabled = false;
+        enabled.removeAttribute('aria-busy');
+      }
     });
     const scope = (rule.builtin ? 'built-in' : rule.run_id ? 'this run' : `project ${rule.project}`) + (rule.pack ? ` · ${rule.pack} pack` : '');
     const del = admin && !rule.builtin ? h('button', { class: 'link-button', on: { click: async () => {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,18 @@ def screenshots() -> Path:
 
 def page_problems(page) -> dict:
     return page.evaluate("({csp: window.__csp, errors: window.__errors})")
+
+
+def pump_until(page, predicate, timeout_s: float = 20.0, what: str = "condition"):  # noqa: ANN001
+    """Poll `predicate` while Playwright runs the page's events (route handlers run only inside a
+    Playwright call, so a plain sleep would never let them)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{what} not met within {timeout_s:g} s")
 
 
 @pytest.fixture(scope="module")

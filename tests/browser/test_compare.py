@@ -3,12 +3,11 @@ step or by wall time since each run started, with each run's parity verdict; the
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import page_problems
+from tests.browser.conftest import page_problems, pump_until
 from tests.browser.seed import Seeder, chatml_fingerprint, spread_arrivals
 from tests.fixtures.chat_templates import TRL_CUSTOM_TEMPLATE, TRL_DEFAULT_TEMPLATE
 
@@ -147,9 +146,7 @@ def test_a_page_whose_module_loads_late_does_not_replace_the_later_one(page, ser
     page.wait_for_function("() => document.querySelector('h1') === null")  # 'Loading…': waiting for runs.js
     # The route handler runs when Playwright next dispatches events, which may be after the page
     # already shows 'Loading…': pump events until it has the request (bounded).
-    deadline = time.monotonic() + 30
-    while not held and time.monotonic() < deadline:
-        page.wait_for_timeout(20)
+    pump_until(page, lambda: held, timeout_s=30, what="the request for runs.js")
     assert len(held) == 1
     page.evaluate(f"location.hash = '#/compare?runs={runs['drifted']['id']}'")
     assert [t["name"] for t in _traces(page, 1)] == ["tonight-trl-bug"]

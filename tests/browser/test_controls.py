@@ -2,27 +2,14 @@
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import page_problems
+from tests.browser.conftest import page_problems, pump_until
 
 pytestmark = pytest.mark.browser
-
-
-def pump_until(page, predicate, timeout_s: float = 20.0, what: str = "condition"):  # noqa: ANN001
-    """Poll `predicate` while Playwright runs the page's events (route handlers run only inside a
-    Playwright call, so a plain sleep would never let them)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        page.wait_for_timeout(50)
-    raise AssertionError(f"{what} not met within {timeout_s:g} s")
 
 
 def test_a_reload_answered_after_a_pause_does_not_undo_it(page, server):

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from paritywatch.backend.webhooks.signing import verify
-from tests.browser.conftest import Server, page_problems
+from tests.browser.conftest import Server, page_problems, pump_until
 from tests.support.live import WebhookReceiver
 
 pytestmark = pytest.mark.browser
@@ -93,10 +93,24 @@ def test_a_rule_added_in_the_run_page_pauses_the_run_on_its_metric(page, webhook
     expect(page.locator(".controls .state[data-state=paused]")).to_have_count(1, timeout=20_000)
     expect(page.locator(".alert-item[data-kind=metric_threshold]")).to_contain_text("reward/collapse", timeout=20_000)
 
+    # The box is busy while the server does not have the change yet (the PATCH is held here),
+    # then shows what the server holds.
+    def enabled_on_server() -> list[bool]:
+        return [r["enabled"] for r in httpx.get(f"{api}/runs/{run['id']}/rules").json()["rules"]
+                if r["key"] == "reward/collapse"]
+
+    held = []
+    page.route("**/api/v1/rules/*", lambda route: held.append(route) if route.request.method == "PATCH" else route.continue_())
     row.get_by_role("checkbox").uncheck()
-    expect(page.locator(".rules-table tr", has_text="reward/collapse").get_by_role("checkbox")).not_to_be_checked()
-    assert [r["enabled"] for r in httpx.get(f"{api}/runs/{run['id']}/rules").json()["rules"]
-            if r["key"] == "reward/collapse"] == [False]
+    toggle = page.locator(".rules-table tr", has_text="reward/collapse").get_by_role("checkbox")
+    expect(toggle).to_be_disabled()
+    pump_until(page, lambda: held, what="the dashboard's PATCH of the rule")
+    assert enabled_on_server() == [True]
+    held[0].continue_()
+    expect(toggle).to_be_enabled()
+    expect(toggle).not_to_be_checked()
+    page.unroute("**/api/v1/rules/*")
+    assert enabled_on_server() == [False]
     page.locator(".rules-table tr", has_text="reward/collapse").get_by_role("button", name="delete").click()
     expect(page.locator(".rules-table tr", has_text="reward/collapse")).to_have_count(0)
     assert page_problems(page) == {"csp": [], "errors": []}
