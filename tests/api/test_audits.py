@@ -66,7 +66,7 @@ def test_hooks_post_audits_over_http_the_worst_samples_read_back_and_alerts_foll
     rollout, trainer = tokenizers
     bad = [record(rollout), record(rollout, logprobs_delta=-1), record(rollout, CONVERSATION),
            record(rollout, eos=False, finish="length")]
-    with ThreadServer(Settings(database_url=db_url, **FAST)) as srv, httpx.Client(base_url=srv.url) as api, \
+    with ThreadServer(Settings(database_url=db_url, **FAST)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api, \
             ParityMonitor("audited", url=srv.url, spool_dir=tmp_path / "spool", audit_top_k=2) as monitor:
         assert monitor.log_rollout_batch(bad, trainer, step=5)
         assert monitor.flush(30)
@@ -122,7 +122,7 @@ def test_hooks_post_audits_over_http_the_worst_samples_read_back_and_alerts_foll
 
 
 def test_bad_batches_notify_once_per_incident_not_per_batch(db_url) -> None:
-    with ThreadServer(Settings(database_url=db_url, **FAST)) as srv, httpx.Client(base_url=srv.url) as api, \
+    with ThreadServer(Settings(database_url=db_url, **FAST)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api, \
             WebhookReceiver() as rx:
         api.post("/api/v1/webhooks", json={"url": rx.url, "events": ["alert.firing", "alert.resolved"]})
         run_id = api.post("/api/v1/runs", json={"name": "paged"}).json()["id"]

@@ -21,7 +21,7 @@ def test_prometheus_metrics(client):
 
 
 def test_stream_sends_the_run_summary_and_its_changes(sqlite_url):
-    with ThreadServer(Settings(database_url=sqlite_url)) as srv, httpx.Client(base_url=srv.url) as api:
+    with ThreadServer(Settings(database_url=sqlite_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         rid = api.post("/api/v1/runs", json={"name": "streamed"}).json()["id"]
         events: list[dict] = []
         connected, done = threading.Event(), threading.Event()

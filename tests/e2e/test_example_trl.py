@@ -14,7 +14,7 @@ from tests.support.live import ROOT, ProcessServer, first_within, wait_for
 
 @pytest.mark.slow
 def test_trl_example_reports_fingerprint_metrics_and_obeys_pause(tmp_path):
-    with ProcessServer(f"sqlite:///{tmp_path / 'ex.db'}") as srv, httpx.Client(base_url=srv.url) as api:
+    with ProcessServer(f"sqlite:///{tmp_path / 'ex.db'}") as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         run = api.post("/api/v1/runs", json={"name": "trl-example", "project": "ci"}).json()
         api.post(f"/api/v1/runs/{run['id']}/control", json={"action": "pause", "reason": "hold the first step"})
         env = {**os.environ, "PARITYWATCH_URL": srv.url, "PARITYWATCH_SPOOL_DIR": str(tmp_path / "spool"),

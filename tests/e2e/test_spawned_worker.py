@@ -31,7 +31,7 @@ def test_spawned_worker_loading_by_name_differs_in_chat_template(sqlite_url, tmp
 
     _empty_all_tables(sqlite_url)
     model_dir = build_chatml_tokenizer(tmp_path)
-    with ThreadServer(Settings(database_url=sqlite_url)) as srv, httpx.Client(base_url=srv.url) as api:
+    with ThreadServer(Settings(database_url=sqlite_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         tok = AutoTokenizer.from_pretrained(model_dir)
         tok.chat_template = CUSTOM_TEMPLATE  # the user's processing_class
         with ParityMonitor(run="spawn-bug", project="e2e", side="trainer", url=srv.url, worker_id="parent",

@@ -43,7 +43,7 @@ def monitor(srv, side, worker_id, tmp_path):  # noqa: ANN001
 
 def test_trl_processing_class_bug_end_to_end(db_url, model_dir, tmp_path):
     settings = Settings(database_url=db_url, **FAST)
-    with ThreadServer(settings) as srv, WebhookReceiver() as rx, httpx.Client(base_url=srv.url) as api:
+    with ThreadServer(settings) as srv, WebhookReceiver() as rx, httpx.Client(base_url=srv.url, timeout=30) as api:
         hook = api.post("/api/v1/webhooks", json={"url": rx.url, "events": ["alert.firing", "alert.resolved"]}).json()
         secret = hook["secret"]
         trainer = monitor(srv, "trainer", "0", tmp_path)

@@ -38,7 +38,7 @@ def add_hook(api: httpx.Client, url: str, **extra) -> dict:
 
 
 def test_firing_event_is_signed_and_verifiable(server):
-    with WebhookReceiver() as rx, httpx.Client(base_url=server.url) as api:
+    with WebhookReceiver() as rx, httpx.Client(base_url=server.url, timeout=30) as api:
         hook = add_hook(api, rx.url)
         assert hook["secret"].startswith("whsec_")
         assert "secret" not in api.get("/api/v1/webhooks").json()["webhooks"][0]
@@ -59,7 +59,7 @@ def test_firing_event_is_signed_and_verifiable(server):
 
 
 def test_receiver_failing_three_times_gets_the_event_once(server):
-    with WebhookReceiver(script=[500, 503, 429]) as rx, httpx.Client(base_url=server.url) as api:
+    with WebhookReceiver(script=[500, 503, 429]) as rx, httpx.Client(base_url=server.url, timeout=30) as api:
         hook = add_hook(api, rx.url)
         fire_rule_alert(api)
         log = settled_deliveries(server.url, hook["id"], expected=1)
@@ -72,7 +72,7 @@ def test_receiver_failing_three_times_gets_the_event_once(server):
 def test_receiver_that_never_succeeds_ends_failed_with_every_attempt_logged(db_url):
     settings = Settings(database_url=db_url, **{**FAST, "webhook_give_up_after_s": 1.0})
     with ThreadServer(settings) as srv, WebhookReceiver(script=[500] * 1000) as rx, \
-            httpx.Client(base_url=srv.url) as api:
+            httpx.Client(base_url=srv.url, timeout=30) as api:
         hook = add_hook(api, rx.url)
         fire_rule_alert(api)
 
@@ -87,7 +87,7 @@ def test_receiver_that_never_succeeds_ends_failed_with_every_attempt_logged(db_u
 
 
 def test_test_event_and_ssrf_guard(server):
-    with WebhookReceiver() as rx, httpx.Client(base_url=server.url) as api:
+    with WebhookReceiver() as rx, httpx.Client(base_url=server.url, timeout=30) as api:
         hook = add_hook(api, rx.url, format="slack")
         api.post(f"/api/v1/webhooks/{hook['id']}/test")
         got = wait_for(lambda: rx.accepted())[0]
@@ -99,7 +99,7 @@ def test_test_event_and_ssrf_guard(server):
 
 
 def test_loopback_refused_by_default(db_url):
-    with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url) as api:
+    with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         r = api.post("/api/v1/webhooks", json={"url": "http://127.0.0.1:9/x"})
         assert r.status_code == 422 and "loopback" in r.json()["error"]["message"]
 
@@ -113,7 +113,7 @@ def test_two_backends_on_postgresql_deliver_each_event_once(postgresql_url):
     env = {"PARITYWATCH_ALLOW_LOOPBACK_WEBHOOKS": "1", "PARITYWATCH_WEBHOOK_POLL_INTERVAL_S": "0.05",
            "PARITYWATCH_WEBHOOK_GROUP_WAIT_S": "0"}
     with WebhookReceiver() as rx, ProcessServer(postgresql_url, env=env) as a, ProcessServer(postgresql_url, env=env) as b:
-        with httpx.Client(base_url=a.url) as api_a, httpx.Client(base_url=b.url) as api_b:
+        with httpx.Client(base_url=a.url, timeout=30) as api_a, httpx.Client(base_url=b.url, timeout=30) as api_b:
             hook = add_hook(api_a, rx.url, events=["alert.firing"])
             for i in range(200):  # alternate replicas: both enqueue, both dispatch
                 fire_rule_alert(api_a if i % 2 else api_b, run_name=f"run-{i}")

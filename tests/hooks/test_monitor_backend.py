@@ -44,21 +44,31 @@ def test_points_arrive_once_with_the_component_registered_and_beating(backend: B
 def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool_dir: Path) -> None:
     """Every point arrives exactly once across a 10 s outage; no log() call blocked or worked > 1 ms.
 
-    Told apart from the machine's pauses: "blocked" is judged by what each call runs, not by time.
-    A profiler records every built-in function log() calls; all must be ones that cannot wait (no
-    lock, no I/O, no sleep). And no call may use over 1 ms of its thread's CPU time. Neither wall
-    time nor context switches are judged: on these shared cores a call can take 2 ms of wall time
-    with no switch at all (the virtual CPU paused), and a thread made to hand over the GIL mid-call
-    counts a voluntary switch that is not log()'s doing (both seen in CI)."""
+    Judged by what each call runs, not by the clock: on these shared cores a call can take 2 ms of
+    wall time with no switch at all (the virtual CPU paused), a thread made to hand over the GIL
+    mid-call counts a voluntary switch that is not log()'s doing, and on a loaded machine one call
+    in thousands is charged 10 ms of its thread's CPU time while it ran three O(1) built-ins (all
+    seen in CI). So a profiler records every built-in log() calls (all must be ones that cannot
+    wait: no lock, no I/O, no sleep), a tracer counts the bytecodes each call executes (bounded,
+    and no more during the outage than before it), and the thread's CPU time is judged at the 99th
+    percentile only."""
     monitor = ParityMonitor("outage", url=own_backend.url, spool_dir=spool_dir, max_backoff_s=2.0)
     run_id = own_backend.run_id("outage")
     outage = threading.Thread(target=_outage, args=(own_backend, 10.0))
-    calls = []
+    cpu_ns, bytecodes = [], []
     builtins: Counter = Counter()
+    executed = 0
 
     def record_builtin_calls(frame, event, arg) -> None:  # noqa: ANN001
         if event == "c_call" and arg is not sys.setprofile:
             builtins[arg.__qualname__] += 1
+
+    def count_bytecodes(frame, event, arg):  # noqa: ANN001, ANN202
+        nonlocal executed
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            executed += 1
+        return count_bytecodes
 
     gc.collect()
     gc.freeze()  # a full collection of pytest's own objects is the host's pause, not log()'s
@@ -70,13 +80,18 @@ def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool
             if step == 1000:
                 outage.start()
             metrics = {"train/loss": 1.0 / (step + 1)}
-            start, cpu_start = time.perf_counter_ns(), time.thread_time_ns()
+            executed, cpu_start = 0, time.thread_time_ns()
+            sys.settrace(count_bytecodes)
             sys.setprofile(record_builtin_calls)
             monitor.log(metrics, step)
             sys.setprofile(None)
-            calls.append((time.perf_counter_ns() - start, time.thread_time_ns() - cpu_start))
+            sys.settrace(None)
+            cpu_ns.append(time.thread_time_ns() - cpu_start)
+            bytecodes.append(executed)
             time.sleep(0.004)  # the training step itself (the workload, not a synchronisation)
     finally:
+        sys.setprofile(None)
+        sys.settrace(None)
         gc.enable()
         gc.unfreeze()
     outage.join()
@@ -85,15 +100,21 @@ def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool
     monitor.close()  # nothing can be sent after this: the counts below are final
     assert own_backend.counts(run_id)["train/loss"] == 5000
     assert monitor.stats()["dropped_points"] == 0
-    durations = sorted(call[0] for call in calls)
-    print(f"log(): median {durations[2500]} ns, slowest {durations[-5:]} ns, built-ins called: {dict(builtins)}")
+    cpu = sorted(cpu_ns)
+    print(f"log(): CPU median {cpu[2500]} ns, p99 {cpu[4950]} ns, slowest {cpu[-5:]} ns; bytecodes "
+          f"{min(bytecodes)}..{max(bytecodes)}; built-ins called: {dict(builtins)}")
     assert set(builtins) <= CANNOT_WAIT, f"log() called what may block: {set(builtins) - CANNOT_WAIT}"
-    assert [call for call in calls if call[1] > 1_000_000] == [], "log() used > 1 ms of CPU"
+    assert max(bytecodes) <= LOG_BYTECODES_MAX, f"a log() call executed {max(bytecodes)} bytecodes"
+    assert max(bytecodes[1000:]) <= max(bytecodes[:1000]), "log() did more work during and after the outage"
+    assert cpu[4950] < 1_000_000, f"log() used {cpu[4950]} ns of CPU at the 99th percentile"
 
 
 # The built-ins log() may call (sys.setprofile's c_call events): none can wait. A new one in log()
 # must be added here knowingly; a lock, a socket call, an Event.set or a sleep never belongs.
 CANNOT_WAIT = {"len", "deque.append", "getpid"}
+# Bytecodes one log() call may execute: a few dozen today. Even 300 run in well under 0.1 ms; a
+# log() that encoded, copied or wrote out its queue would run thousands.
+LOG_BYTECODES_MAX = 300
 
 
 def _outage(backend: Backend, seconds: float) -> None:

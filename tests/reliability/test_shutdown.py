@@ -15,7 +15,7 @@ from tests.support.live import ProcessServer, wait_for
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stopping_server_answers_open_long_polls_and_logs_no_traceback(tmp_path, sig):
-    with ProcessServer(f"sqlite:///{tmp_path / 'stop.db'}") as srv, httpx.Client(base_url=srv.url) as api:
+    with ProcessServer(f"sqlite:///{tmp_path / 'stop.db'}") as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         log_start = srv.log_path.stat().st_size
         run = api.post("/api/v1/runs", json={"name": "stopping"}).json()
         version = api.get(f"/api/v1/runs/{run['id']}/control").json()["version"]

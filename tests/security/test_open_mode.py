@@ -22,7 +22,7 @@ def _run(api: httpx.Client) -> int:
 
 def test_a_rebinding_host_is_refused(open_server):
     """A page on evil.example whose DNS now answers 127.0.0.1 sends `Host: evil.example:PORT`."""
-    with httpx.Client(base_url=open_server.url) as api:
+    with httpx.Client(base_url=open_server.url, timeout=30) as api:
         assert api.get("/api/v1/runs").status_code == 200  # the local user: still open
         rebound = {"Host": f"evil.example:{open_server.port}"}
         r = api.get("/api/v1/runs", headers=rebound)
@@ -38,7 +38,7 @@ def test_a_rebinding_host_is_refused(open_server):
 def test_a_cross_site_no_cors_post_cannot_pause_a_run(open_server):
     """What a form or `fetch(..., {mode: "no-cors"})` on another site sends: no Content-Type
     (or text/plain), an Origin, Sec-Fetch-Site: cross-site."""
-    with httpx.Client(base_url=open_server.url) as api:
+    with httpx.Client(base_url=open_server.url, timeout=30) as api:
         run_id = _run(api)
         body = httpx.Request("POST", "/", json=MISMATCH).content
         attacks = [

@@ -46,7 +46,7 @@ def _registered(srv, tmp_path, run, trainer_args, rollout_args):  # noqa: ANN001
 def test_kwargs_reach_the_probes_and_the_backend_names_them(db_url, tmp_path):
     tok = AutoTokenizer.from_pretrained(
         builders.build_chatml_tokenizer(tmp_path, name="qwen3", chat_template=QWEN3_STYLE_TEMPLATE))
-    with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url) as api:
+    with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         with _registered(srv, tmp_path, "kwargs", ((tok,), {"chat_template_kwargs": {"enable_thinking": False}}),
                          ((tok,), {})) as (trainer_fp, rollout_fp):
             assert trainer_fp["env"]["chat_template_kwargs"] == {"enable_thinking": False}
@@ -61,7 +61,7 @@ def test_text_only_template_difference_warns_and_does_not_pause(db_url, tmp_path
         builders.build_chatml_tokenizer(tmp_path, name="a", chat_template=TRL_DEFAULT_TEMPLATE))
     b = AutoTokenizer.from_pretrained(
         builders.build_chatml_tokenizer(tmp_path, name="b", chat_template=TEXT_ONLY_VARIANT))
-    with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url) as api:
+    with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         with _registered(srv, tmp_path, "text-only", ((a,), {}), ((b,), {})):
             alert = wait_for(lambda: _mismatch_alerts(api), timeout_s=30)[0]
             assert alert["severity"] == "warning" and alert["detail"]["components"] == ["chat_template"]
