@@ -66,10 +66,19 @@ def _save_generation_config(path: Path, tok) -> None:  # noqa: ANN001
     (path / "generation_config.json").write_text(json.dumps(cfg, indent=2))
 
 
+def quiet_progress_bars() -> None:
+    """The demo's console is its status lines: transformers' bars ('Writing model shards' here,
+    'Loading weights' in each process) garbled them. Called in every process that saves or loads."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def _save_model(path: Path, tok, seed: int) -> None:  # noqa: ANN001
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    quiet_progress_bars()
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paritywatch.demo.model_dir import quiet_progress_bars
+
 MAX_NEW_TOKENS = 12  # sampling is most of a step's CPU: short completions keep the demo at several steps/s
 GROUP_SIZE = 8  # completions per prompt: one group is one trainer batch
 SYNC_EVERY = 2  # trainer steps between weight syncs: gives real staleness and off-policy drift
@@ -77,6 +79,7 @@ def _load_model(model_dir: str):
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(1)
+    quiet_progress_bars()
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     model.eval()
     return model

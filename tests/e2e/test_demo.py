@@ -62,6 +62,7 @@ def test_the_story_pauses_after_a_hundred_healthy_steps(story):
     assert mismatch[0]["step"] >= joined  # the marker lands where the worker joined, not at step 0
     # the console says what to click
     assert f"Open {summary['dashboard']}" in stderr and "Show diff" in stderr and JUMPING_KEY in stderr
+    assert "Loading weights" not in stderr and "it/s]" not in stderr  # no library's progress bars among its lines
     assert (folder / "paritywatch.db").exists()  # from an empty folder: the default database
 
 
