@@ -16,7 +16,7 @@ PORT   ?= 8321
 TEST_WORKERS ?= 4
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: install install-run run serve demo test test-fast test-vllm bench lint clean system-deps
+.PHONY: install install-run run serve test test-fast test-vllm bench clean system-deps
 
 install: $(STAMP)
 install-run: $(STAMP_RUN)
