@@ -157,6 +157,8 @@ class Transport:
             base_url=config.url.rstrip("/") + config.prefix,
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
+            # One thread's client has one request in flight: a small pool is plenty. The expiry
+            # is the contract's (shorter than the server's, so the hook drops an idle one first).
             limits=httpx.Limits(max_connections=10, max_keepalive_connections=10,
                                 keepalive_expiry=contract.HOOK_KEEPALIVE_S),
         )

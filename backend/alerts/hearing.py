@@ -48,11 +48,11 @@ class HearingClock:
         with self._lock:
             if self._last_tick is None:
                 self.started = wall  # serving begins now (migrations and startup heard nobody)
-            gap = None if self._last_tick is None else mono - self._last_tick[0]
-            if gap is not None and gap > STALL_S:
+            gap = 0.0 if self._last_tick is None else mono - self._last_tick[0]
+            if gap > STALL_S:
                 self._deaf.append((self._last_tick[1], wall + DRAIN_S))
             self._last_tick = (mono, wall)
-        if gap is not None and gap > STALL_S:
+        if gap > STALL_S:
             log.warning("the backend's event loop did not run for %.1f s: processes' silence during it "
                         "is not counted against them", gap)
 

@@ -6,7 +6,7 @@ import httpx
 from paritywatch.backend.main import create_app
 from paritywatch.backend.models import utcnow
 from paritywatch.backend.settings import Settings
-from tests.support.live import ThreadServer, first_within, local_client, wait_for
+from tests.support.live import ThreadServer, first_within, local_client, wait_for, wait_for_sweeps
 
 
 def test_silent_component_raises_heartbeat_lost_and_recovers(db_url):
@@ -53,12 +53,6 @@ DEAF_TIMEOUT_S = 2.0
 DEAF_SETTINGS = dict(heartbeat_timeout_s=DEAF_TIMEOUT_S, heartbeat_check_interval_s=0.1, open_mode=True)
 
 
-def _sweeps_after(srv: ThreadServer, count: int) -> None:
-    engine = srv.app.state.engine
-    start = engine.sweeps
-    wait_for(lambda: engine.sweeps >= start + count, timeout_s=30)
-
-
 def _all_alerts(api: httpx.Client, run_id: int) -> list[dict]:
     return api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"]
 
@@ -74,7 +68,7 @@ def test_a_backend_down_for_longer_than_the_timeout_blames_no_process_when_it_re
         last_beat = time.monotonic()
     wait_for(lambda: time.monotonic() > last_beat + 2 * DEAF_TIMEOUT_S, timeout_s=30)  # down twice the timeout
     with ThreadServer(settings) as second, httpx.Client(base_url=second.url, timeout=30) as api:
-        _sweeps_after(second, 3)
+        wait_for_sweeps(second, 3)
         assert _all_alerts(api, run_id) == []
         run = api.get(f"/api/v1/runs/{run_id}").json()
         assert run["control"]["state"] == "running" and [c["status"] for c in run["components"]] == ["live"]
@@ -106,7 +100,7 @@ def test_a_stalled_event_loop_blames_no_process_that_kept_beating(db_url, caplog
         srv.stall_event_loop(2.5 * DEAF_TIMEOUT_S)
         api.get("/healthz").raise_for_status()  # answered once the loop runs again
         assert srv.app.state.engine.sweeps > swept + 10, "the sweep did not go on during the stall"
-        _sweeps_after(srv, 3)
+        wait_for_sweeps(srv, 3)
         try:
             assert _all_alerts(api, run_id) == []
             assert any("event loop did not run" in r.getMessage() for r in caplog.records), "the stall went unsaid"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from paritywatch.backend.settings import Settings
-from tests.support.live import ROOT, ThreadServer, WebhookReceiver, wait_for
+from tests.support.live import ROOT, ThreadServer, WebhookReceiver, wait_for, wait_for_sweeps
 
 ROLLOUTS = 16
 TIMEOUT_S = 5.0  # heartbeat timeout; the processes heartbeat every 0.25 s (a loaded CI box can stall one 2 s)
@@ -57,10 +57,8 @@ def run_of(api: httpx.Client, name: str) -> dict:
 
 def swept_past(srv, since: float) -> None:  # noqa: ANN001
     """Wait (by polling, not sleeping) until two sweeps ran after the heartbeat timeout from `since`."""
-    engine = srv.app.state.engine
     wait_for(lambda: time.monotonic() > since + TIMEOUT_S, timeout_s=TIMEOUT_S + 5)
-    count = engine.sweeps
-    wait_for(lambda: engine.sweeps >= count + 2, timeout_s=10)
+    wait_for_sweeps(srv, 2, timeout_s=10)
 
 
 @pytest.fixture

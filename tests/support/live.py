@@ -276,6 +276,13 @@ def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02, what:
     raise TimeoutError(f"{what} not met within {timeout_s:g} s")
 
 
+def wait_for_sweeps(srv: "ThreadServer", count: int, timeout_s: float = 30.0) -> None:
+    """Wait (by polling) until the server's heartbeat sweep has run `count` more times."""
+    engine = srv.app.state.engine
+    start = engine.sweeps
+    wait_for(lambda: engine.sweeps >= start + count, timeout_s=timeout_s, what=f"{count} heartbeat sweeps")
+
+
 def first_within(predicate, window_s: float, interval_s: float = 0.05):  # noqa: ANN001
     """For "X must not happen while ...": poll `predicate` (X happened) through `window_s` and
     return its first truthy value at once (the test fails fast), or None if X never happened."""
