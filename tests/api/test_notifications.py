@@ -4,7 +4,7 @@ injected clock (`Notifier.run_once(now)`) and the dispatcher by hand, so what is
 exactly what the test says."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -178,18 +178,19 @@ def test_a_silenced_runs_new_alerts_send_nothing_show_silenced_and_expiry_reenab
     silence = r.json()
     assert silence["active"] and silence["created_by"] and silence["reason"] == "node drain"
     clock.sweep(TIMEOUT + 1)
-    assert clock.notify(WAIT + 1) == 1  # only the other run's group
+    fired = clock.elapsed()  # the alerts fired at wall-clock time (see test_grouping_is_set_per_webhook)
+    assert clock.notify(fired + WAIT + 1) == 1  # only the other run's group
     assert [b["data"]["run"]["id"] for b in alert_bodies(rx)] == [other_id]
     muted = api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"]
     assert len(muted) == 2 and all(a["silenced"] and a["silenced_by"] == [silence["id"]] for a in muted)
     assert not api.get(f"/api/v1/runs/{other_id}/alerts").json()["alerts"][0]["silenced"]
-    assert clock.notify(WAIT + 100) == 0
+    assert clock.notify(fired + WAIT + 100) == 0
 
     r = api.post(f"/api/v1/silences/{silence['id']}/expire")
     assert r.status_code == 200 and not r.json()["active"] and r.json()["ended_by"]
     assert api.post(f"/api/v1/silences/{silence['id']}/expire").status_code == 409
     assert not any(a["silenced"] for a in api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"])
-    assert clock.notify(WAIT + 101) == 1  # re-enabled: the still-firing alerts are told now
+    assert clock.notify(fired + WAIT + 101) == 1  # re-enabled: the still-firing alerts are told now
     last = alert_bodies(rx)[-1]["data"]
     assert last["run"]["id"] == run_id and last["counts"]["firing"] == 2
     audit = api.get("/api/v1/silences", params={"state": "all"}).json()["silences"]
@@ -200,11 +201,13 @@ def test_a_silence_that_runs_out_reenables_notifications_by_itself(api, app, rx)
     hook(api, rx.url, events=["alert.firing"])
     run_id, _ = workers(api, "short", 1, project="ml")
     clock = Clock(app)
-    api.post("/api/v1/silences", json={"project": "ml", "kind": "heartbeat_lost", "duration_s": 30, "reason": "deploy"})
+    silence = api.post("/api/v1/silences", json={"project": "ml", "kind": "heartbeat_lost", "duration_s": 30,
+                                                 "reason": "deploy"}).json()
+    ends = (datetime.fromisoformat(silence["ends_at"].replace("Z", "+00:00")) - clock.t0).total_seconds()
     clock.sweep(TIMEOUT + 1)
     assert clock.notify(WAIT + 1) == 0
-    assert clock.notify(29) == 0
-    assert clock.notify(31) == 1  # the group was scheduled for the silence's end
+    assert clock.notify(ends - 1) == 0
+    assert clock.notify(ends + 1) == 1  # the group was scheduled for the silence's end
     other_run, _ = workers(api, "elsewhere", 0, project="other")
     assert len(api.get("/api/v1/silences", params={"run_id": run_id}).json()["silences"]) == 1  # its project's
     assert api.get("/api/v1/silences", params={"run_id": other_run}).json()["silences"] == []
