@@ -35,6 +35,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from ._lazy import lazy_names
+
 __all__ = ["ParityCallback", "ParityAsyncRolloutWorker", "instrument_rollout_worker", "instrument_weight_sync",
            "is_trl_available"]
 
@@ -56,12 +58,4 @@ def is_transformers_available() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(_LAZY[name])
-    return getattr(module, name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
