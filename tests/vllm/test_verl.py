@@ -83,7 +83,10 @@ def cpu_trainer(config):
     from trainer_hooks.integrations.verl import parity_trainer_class
 
     class CpuPPOTrainer(PPOTrainer):
-        """No rollout replicas to put to sleep or sync weights to (verl's sync trainer's hooks)."""
+        """No rollout replicas to put to sleep or sync weights to (verl's sync trainer's hooks), no
+        worker groups to save shards with (verl's _save_checkpoint): the steps it saves are noted."""
+
+        saved_steps: list[int]
 
         def on_step_end(self):
             pass
@@ -91,7 +94,11 @@ def cpu_trainer(config):
         def on_sample_end(self):
             pass
 
+        def _save_checkpoint(self):
+            self.saved_steps.append(self.global_steps)
+
     trainer = parity_trainer_class(CpuPPOTrainer)(config=config)
+    trainer.saved_steps = []
     trainer._init_tokenizer()  # verl's own: HFModelConfig(actor_rollout_ref.model).tokenizer / .processor
     trainer._init_dump_executor()
     # what verl's _init_dataloader and _load_checkpoint set (a fresh run of 10 steps)
@@ -342,9 +349,14 @@ def test_validation_requests_are_not_reported_and_a_stop_ends_after_the_step(bac
 
     backend.post(f"/runs/{rid}/control", json={"action": "stop", "reason": "enough"})
     wait_for(lambda: trainer.parity_monitor.should_stop, timeout_s=30)
+    config.trainer.save_freq = 5
     trainer.global_steps = 3
     trainer.on_step_end()
     assert trainer.total_training_steps == 3  # verl's `while global_steps <= total_training_steps` ends here
+    assert trainer.saved_steps == [3]  # a step verl would not have saved (3 % save_freq != 0)
+    trainer.global_steps = 5
+    trainer.on_step_end()
+    assert trainer.saved_steps == [3]  # verl saves step 5 itself
     worker.close_parity_monitor()
     trainer.close_paritywatch()
     wait_for(lambda: state(backend, rid) == "stopped", timeout_s=30, what="the run stopped")

@@ -42,8 +42,8 @@ class ParityTrainerMixin:
       workers registered pauses the run before its first step) and ends ``fit`` on a stop.
     * ``on_step_end`` (after the step's weight sync): blocks while paused; a stop saves a checkpoint
       (when ``trainer.save_freq`` > 0 and this step has none yet) and makes this step the last.
-    * ``fit`` returning closes the monitor (the run shows ``finished``, or ``stopped`` after a stop)
-      and the agent-loop workers' monitors when the manager is a Paritywatch one.
+    * ``fit`` returning closes the agent-loop workers' monitors (a Paritywatch manager's), then the
+      trainer's: the run shows ``finished``, or ``stopped`` after a stop.
 
     verl's driver is one process: no rank agreement is needed.
     """
@@ -100,14 +100,17 @@ class ParityTrainerMixin:
             self._stop_after_this_step()
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
+        """verl's ``fit``; its return closes the monitors (an exception leaves them to the
+        process's exit, as a crash: the run is not ``finished``)."""
         try:
-            return super().fit(*args, **kwargs)
+            result = super().fit(*args, **kwargs)
         except _StopRequested:
             logger.warning("Paritywatch: the run was stopped before its first step")
             self.on_train_end()  # what verl's fit does when its loop ends
             self._shutdown_dump_executor()
-        finally:
-            self.close_paritywatch()
+            result = None
+        self.close_paritywatch()
+        return result
 
     def close_paritywatch(self) -> None:
         """Close the agent-loop workers' monitors (a Paritywatch manager's), then the trainer's."""
@@ -123,10 +126,14 @@ class ParityTrainerMixin:
         """verl's loop runs while ``global_steps <= total_training_steps`` and counts the step after
         ``on_step_end``: ending the count here makes this step the last one logged."""
         save_freq = self.config.trainer.save_freq
-        if save_freq > 0 and self.global_steps % save_freq != 0:  # verl saved this step already otherwise
+        if save_freq > 0 and not self._verl_saved_this_step(save_freq):
             self._save_checkpoint()
         logger.warning("Paritywatch: stop requested; step %s is the last", self.global_steps)
         self.total_training_steps = self.global_steps
+
+    def _verl_saved_this_step(self, save_freq: int) -> bool:
+        """verl's fit saves on every save_freq-th step and on the last one."""
+        return self.global_steps % save_freq == 0 or self.global_steps >= self.total_training_steps
 
     def _forward_metrics(self) -> None:
         tracking = getattr(self, "logger", None)
