@@ -39,12 +39,11 @@ def test_every_process_of_a_job_joins_verls_run_by_its_experiment_name(monkeypat
 
 def test_the_recompute_and_the_served_request_as_verl_builds_them():
     assert verl.logprob_assumption(CONFIG) == {"temperature": 0.7}
-    request = {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "logprobs": True, "max_tokens": 64,
-               "stop_token_ids": [7]}
-    served = verl.served_request_sampling(CONFIG["actor_rollout_ref"]["rollout"], request)
-    assert served == {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "logprobs": 0, "repetition_penalty": 1.0}
-    assert request["logprobs"] is True  # the agent loop's dict is left as it was
-    assert verl.served_request_sampling({}, {"temperature": 1.0})["logprobs"] is None
+    request = {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "logprobs": True}
+    served = verl.served_request_sampling({"repetition_penalty": 1.1}, request)
+    assert served == {**request, "repetition_penalty": 1.1}  # verl's server: setdefault from the config
+    assert "repetition_penalty" not in request  # the agent loop's dict is left as it was
+    assert verl.served_request_sampling({}, {"temperature": 1.0})["repetition_penalty"] == 1.0
 
 
 def test_unknown_names_are_attribute_errors():

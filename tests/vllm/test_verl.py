@@ -24,6 +24,7 @@ Where verl stops running on CPU (docs/design.md, "verl"), a stand-in takes over:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 from pathlib import Path
@@ -53,7 +54,8 @@ def verl_config(model_dir: Path, spool: Path, **rollout: object):
 
     overrides = [f"actor_rollout_ref.model.path={model_dir}", f"trainer.experiment_name={RUN}",
                  f"trainer.project_name={PROJECT}", "actor_rollout_ref.rollout.name=vllm",
-                 "actor_rollout_ref.rollout.prompt_length=64", f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
+                 "actor_rollout_ref.rollout.prompt_length=64",
+                 f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
                  "actor_rollout_ref.rollout.calculate_log_probs=True", "trainer.save_freq=-1",
                  "trainer.logger=[console]", "trainer.val_before_train=False",
                  # Paritywatch's arguments, as a user adds them: +trainer.paritywatch.<argument>=...
@@ -259,8 +261,8 @@ def test_a_healthy_verl_run_stays_quiet_and_ends_finished(backend, llm, tiny_mod
     assert output.batch["rollout_log_probs"].shape == output.batch["responses"].shape
     metrics = actor_recompute_metrics(output, tiny_model_dir, config)
     assert abs(metrics["rollout_corr/kl"]) < HEALTHY_KL, metrics  # the rollout's log-probs are the actor's
-    trainer.logger.log(data={**metrics, "actor/pg_loss": 0.25}, step=1)  # as verl's fit logs a step
-    trainer.on_step_end()
+    trainer.on_step_end()  # then verl's fit logs the step's metrics
+    trainer.logger.log(data={**metrics, "actor/pg_loss": 0.25}, step=1)
 
     wait_for(lambda: {"rollout_corr/kl", "actor/pg_loss"} <= metric_keys(backend, rid), timeout_s=30,
              what="verl's metrics at the backend")
@@ -271,7 +273,7 @@ def test_a_healthy_verl_run_stays_quiet_and_ends_finished(backend, llm, tiny_mod
     assert open_alerts(backend, rid) == []
 
     # fit returns: the agent-loop workers' monitors, then the trainer's, close
-    trainer.agent_loop_manager = type("Manager", (), {"close_parity_monitors": lambda self: [worker.close_parity_monitor()]})()
+    trainer.agent_loop_manager = LocalManager(worker)
     trainer.close_paritywatch()
     wait_for(lambda: state(backend, rid) == "finished", timeout_s=30, what="the run finished")
     assert open_alerts(backend, rid) == [] and backend.get(f"/runs/{rid}/alerts").json()["alerts"] == []
@@ -296,14 +298,14 @@ def test_rollout_logprobs_mode_raw_at_0_7_pauses_the_run_before_its_first_step(b
     assert "raw" in str(row) and "processed" in str(row), row
 
     # verl's fit() (sync mode) runs up to on_train_begin, which blocks while the run is paused
-    fitting = _in_thread(lambda: trainer.fit(LocalManager(worker)))
+    fitting = concurrent.futures.ThreadPoolExecutor(max_workers=1).submit(trainer.fit, LocalManager(worker))
     wait_for(lambda: trainer.parity_monitor.state == "paused", timeout_s=30)
-    assert not fitting.done.wait(1.0)
+    assert not concurrent.futures.wait([fitting], timeout=1.0).done  # held before step 1
     # the damage had it trained: verl's own mismatch metric on this rollout's batch
     metrics = actor_recompute_metrics(generate(worker), tiny_model_dir, config)
     assert abs(metrics["rollout_corr/kl"]) > 10 * HEALTHY_KL, metrics  # the k1 estimate can go negative
     backend.post(f"/runs/{rid}/control", json={"action": "stop", "reason": "fix logprobs_mode"})
-    assert fitting.done.wait(30) and fitting.error is None, fitting.error  # fit returns before step 1
+    assert fitting.result(timeout=30) is None  # fit returns, before step 1
     assert trainer.global_steps == 1  # verl counted no step done
     wait_for(lambda: state(backend, rid) == "stopped", timeout_s=30, what="the run stopped")
     assert {w["state"] for w in workers(backend, rid).values()} == {"closed"}
@@ -363,30 +365,6 @@ def test_validation_requests_are_not_reported_and_a_stop_ends_after_the_step(bac
     wait_for(lambda: state(backend, rid) == "stopped", timeout_s=30, what="the run stopped")
 
 
-class _Outcome:
-    def __init__(self):
-        import threading
-
-        self.done, self.error = threading.Event(), None
-
-
-def _in_thread(fn) -> _Outcome:  # noqa: ANN001
-    import threading
-
-    outcome = _Outcome()
-
-    def target():  # noqa: ANN202
-        try:
-            fn()
-        except Exception as exc:  # noqa: BLE001 - the outcome is what the test reads
-            outcome.error = exc
-        finally:
-            outcome.done.set()
-
-    threading.Thread(target=target, daemon=True).start()
-    return outcome
-
-
 def test_the_entry_point_wraps_verls_trainer_and_sets_the_agent_loop_manager(tiny_model_dir, tmp_path):
     """``python -m trainer_hooks.integrations.verl``: its task runner (in its own Ray process) makes
     verl's trainer registry hand out the mode's class with the mixin and names Paritywatch's manager
@@ -434,8 +412,10 @@ def test_verls_manager_starts_instrumented_worker_actors_that_register_from_thei
         # the load balancer is not needed: no request is sent, the workers register as they start
         manager = ParityAgentLoopManager.create(config=config, llm_client=LLMServerClient(config))
         rid = run_id(backend)
-        registered = wait_for(lambda: (w := workers(backend, rid)) and all(x["fingerprint_digest"] for x in w.values()) and w,
-                              timeout_s=120, what="the worker actor's fingerprint")
+        def fingerprinted():  # noqa: ANN202
+            found = workers(backend, rid)
+            return found if found and all(w["fingerprint_digest"] for w in found.values()) else None
+        registered = wait_for(fingerprinted, timeout_s=120, what="the worker actor's fingerprint")
         assert list(registered) == ["agent-loop-worker-0"] and registered["agent-loop-worker-0"]["side"] == "rollout"
         assert registered["agent-loop-worker-0"]["pid"] != os.getpid()
         assert manager.close_parity_monitors() == [True]

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 
-from .verl import _get, monitor_kwargs, require_attrs, served_request_sampling
+from .verl import config_value, monitor_kwargs, require_attrs, served_request_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class ParityAgentLoopWorkerMixin:
     def _report_request(self, request: dict[str, Any]) -> None:
         # Cheap per request: the monitor re-posts only when the values change.
         self.parity_monitor.report_sampling_params(served_request_sampling(self.rollout_config, request),
-                                                   logprobs_mode=_get(self.rollout_config, "logprobs_mode"),
+                                                   logprobs_mode=config_value(self.rollout_config, "logprobs_mode"),
                                                    source=SOURCE)
 
 
@@ -101,17 +101,19 @@ def rendering_registration(worker: Any) -> dict[str, Any]:
     ``data.apply_chat_template_kwargs`` and the model's generation config as verl loaded it. (The
     model/engine config, ``worker.model_config.hf_config``, is the next to pass.)"""
     processor = worker.processor if worker.processor is not None else worker.tokenizer
-    data = _get(worker.config, "data")
+    data = config_value(worker.config, "data")
     return {"processor": processor, "generation_config": worker.model_config.generation_config,
-            "chat_template_kwargs": dict(_get(data, "apply_chat_template_kwargs") or {})}
+            "chat_template_kwargs": dict(config_value(data, "apply_chat_template_kwargs") or {})}
 
 
 def configured_request_sampling(rollout_config: Any) -> dict[str, Any]:
     """The sampling dict verl's agent-loop worker gives every training agent loop (verl 0.9
     ``AgentLoopWorker.generate_sequences``; the TransferQueue worker builds the same)."""
-    return {"temperature": _get(rollout_config, "temperature", 1.0), "top_p": _get(rollout_config, "top_p", 1.0),
-            "top_k": _get(rollout_config, "top_k", -1), "repetition_penalty": 1.0,
-            "logprobs": _get(rollout_config, "calculate_log_probs", False)}
+    def value(key: str, default: Any) -> Any:
+        return config_value(rollout_config, key, default)
+
+    return {"temperature": value("temperature", 1.0), "top_p": value("top_p", 1.0), "top_k": value("top_k", -1),
+            "repetition_penalty": 1.0, "logprobs": value("calculate_log_probs", False)}
 
 
 def _start_monitor(config: Any) -> Any:

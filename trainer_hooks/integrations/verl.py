@@ -35,6 +35,7 @@ request leaves with, as verl's vLLM server will serve them (log-prob mode includ
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,17 +73,15 @@ def monitor_kwargs(config: Any, side: str, **overrides: Any) -> dict[str, Any]:
     project ``trainer.project_name``, unless PARITYWATCH_RUN / PARITYWATCH_PROJECT say otherwise
     (HookSettings reads them when run/project are left out). ``trainer.paritywatch`` (a mapping of
     ParityMonitor arguments, e.g. ``+trainer.paritywatch.packs=[verl]``) and `overrides` go on top."""
-    import os
-
-    trainer = _get(config, "trainer") or {}
+    trainer = config_value(config, "trainer") or {}
     kwargs: dict[str, Any] = {"side": side}
     if side == "trainer":
         kwargs["packs"] = list(DEFAULT_PACKS)  # the metrics it forwards are the pack's
-    if not os.environ.get("PARITYWATCH_RUN") and _get(trainer, "experiment_name"):
-        kwargs["run"] = str(_get(trainer, "experiment_name"))
-    if not os.environ.get("PARITYWATCH_PROJECT") and _get(trainer, "project_name"):
-        kwargs["project"] = str(_get(trainer, "project_name"))
-    kwargs.update(_plain(_get(trainer, CONFIG_KEY) or {}))
+    if not os.environ.get("PARITYWATCH_RUN") and config_value(trainer, "experiment_name"):
+        kwargs["run"] = str(config_value(trainer, "experiment_name"))
+    if not os.environ.get("PARITYWATCH_PROJECT") and config_value(trainer, "project_name"):
+        kwargs["project"] = str(config_value(trainer, "project_name"))
+    kwargs.update(_plain(config_value(trainer, CONFIG_KEY) or {}))
     kwargs.update(overrides)
     if kwargs["side"] != side:
         raise ValueError(f"trainer.{CONFIG_KEY}.side cannot be set: this process is the {side} side")
@@ -93,19 +92,17 @@ def logprob_assumption(config: Any) -> dict[str, Any]:
     """What verl's actor log-prob recompute assumes (verl 0.9 ``PPOTrainer._update_actor`` and
     ``_step_once`` put ``rollout.temperature`` in the batch's ``extra_info``; the engines divide the
     logits by it, then log-softmax, with no top-k/top-p masking and no penalty)."""
-    rollout = _get(_get(config, "actor_rollout_ref"), "rollout")
-    return {"temperature": float(_get(rollout, "temperature", 1.0))}
+    rollout = config_value(config_value(config, "actor_rollout_ref"), "rollout")
+    return {"temperature": float(config_value(rollout, "temperature", 1.0))}
 
 
 def served_request_sampling(rollout_config: Any, request: Mapping[str, Any]) -> dict[str, Any]:
-    """The sampling values verl's vLLM server builds its ``SamplingParams`` from for one request
-    (verl 0.9 ``vLLMHttpServer.generate``): the agent loop's dict, ``logprobs`` turned into 0 or
-    None, ``repetition_penalty`` defaulting to ``rollout.repetition_penalty`` (1.0). Values the dict
-    leaves out are vLLM's ``SamplingParams`` defaults: verl builds the object itself, so no
-    generation_config.json value is filled in."""
-    params = {k: v for k, v in request.items() if k not in ("max_tokens", "max_new_tokens", "stop_token_ids")}
-    params["logprobs"] = 0 if params.pop("logprobs", False) else None
-    params.setdefault("repetition_penalty", float(_get(rollout_config, "repetition_penalty", 1.0) or 1.0))
+    """The sampling values verl's vLLM server builds one request's ``SamplingParams`` from (verl 0.9
+    ``vLLMHttpServer.generate``): the agent loop's dict, with ``repetition_penalty`` defaulting to
+    ``rollout.repetition_penalty`` (1.0). Values the dict leaves out are vLLM's ``SamplingParams``
+    defaults: verl builds the object itself, so no generation_config.json value is filled in."""
+    params = dict(request)
+    params.setdefault("repetition_penalty", float(config_value(rollout_config, "repetition_penalty", 1.0)))
     return params
 
 
@@ -117,7 +114,7 @@ def require_attrs(obj: Any, names: tuple[str, ...], what: str) -> None:
                         f"is this verl 0.9?")
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
+def config_value(obj: Any, key: str, default: Any = None) -> Any:
     """A key of an OmegaConf DictConfig, a dataclass config or a mapping (None-safe)."""
     if obj is None:
         return default
