@@ -27,6 +27,7 @@ import asyncio
 import concurrent.futures
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -406,7 +407,9 @@ def test_verls_manager_starts_instrumented_worker_actors_that_register_from_thei
 
     config = verl_config(tiny_model_dir, tmp_path / "spool")
     config.actor_rollout_ref.rollout.agent.num_workers = 1  # verl's default is 8: one process per worker
-    ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, log_to_driver=False,
+    # Ray's session files in a folder of their own, removed after (a short path: Ray's sockets live there)
+    ray_dir = tempfile.mkdtemp(prefix="pw-ray-", dir="/tmp")
+    ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, log_to_driver=False, _temp_dir=ray_dir,
              runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
     try:
         # the load balancer is not needed: no request is sent, the workers register as they start
@@ -422,3 +425,4 @@ def test_verls_manager_starts_instrumented_worker_actors_that_register_from_thei
         assert workers(backend, rid)["agent-loop-worker-0"]["state"] == "closed"
     finally:
         ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
