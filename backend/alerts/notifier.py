@@ -1,6 +1,12 @@
 """The notification stage: looks at due alert groups, asks `grouping.decide` whether to notify,
 and writes the group's message to the outbox in the same transaction as its notification log.
 
+Silences mute an alert's notifications whole: while one matches, the receiver is told neither
+that the alert fires nor that it resolved (as in Alertmanager). What it was told stays in the log:
+an alert announced as firing that resolved during the silence is announced as resolved once the
+silence ends, so an incident the firing message opened is closed; an alert that fired and resolved
+inside the silence is never announced (docs/design.md, "Silences").
+
 Any number of backend processes may run one: a group row is locked for its evaluation
 (PostgreSQL SKIP LOCKED; SQLite's write lock), so each notification is written once. Only groups
 that are due are read (an index on next_check_at): the cost follows what changes, not history.
@@ -96,28 +102,29 @@ class Notifier:
             group.next_check_at = None
             return 0
         labels = {k: getattr(group, k) for k in ("run_id", "project", "kind", "severity") if getattr(group, k) is not None}
-        members = alert_store.group_members(s, labels, hook.project, list(group.last_firing or []))
-        firing, resolved, silenced_until = {}, [], []
+        told = frozenset(group.last_firing or [])
+        members = alert_store.group_members(s, labels, hook.project, sorted(told))
+        firing, resolved, silenced_until, muted_told = {}, [], [], []
         for alert, run in members:
-            if alert.status == "resolved":
-                resolved.append((alert, run))
-                continue
             muted = [x for x in silences if matches(x, run.id, run.project, alert.kind)]
-            if muted:
-                silenced_until.append(min(x.ends_at for x in muted))
+            if muted:  # neither its firing nor its resolution is told while the silence lasts
+                if alert.status != "resolved" or alert.id in told:  # something to tell when it ends
+                    silenced_until.append(min(x.ends_at for x in muted))
+                if alert.id in told:
+                    muted_told.append(alert.id)  # the receiver still believes it fires
+            elif alert.status == "resolved":
+                resolved.append((alert, run))
             else:
                 firing[alert.id] = (alert, run)
-        last = (grouping.LastSent(group.last_sent_at, frozenset(group.last_firing or []))
-                if group.last_sent_at is not None else None)
+        last = grouping.LastSent(group.last_sent_at, told) if group.last_sent_at is not None else None
         decision = grouping.decide(last, {k: a.fired_at for k, (a, _) in firing.items()},
                                    [a.id for a, _ in resolved], now, timing_of(hook, self.settings))
         group.next_check_at = min([t for t in [decision.next_check_at, *silenced_until] if t is not None], default=None)
         if not decision.send:
             return 0
-        told = last.firing if last is not None else frozenset()
         newly_resolved = [(a, r) for a, r in resolved if a.id in told]
         status = "firing" if firing else "resolved"
-        group.last_sent_at, group.last_firing, group.last_reason = now, sorted(firing), decision.reason
+        group.last_sent_at, group.last_firing, group.last_reason = now, sorted({*firing, *muted_told}), decision.reason
         event_type = f"alert.{status}"
         if not wants(hook, event_type):
             return 0  # the log moves on; this webhook does not want this kind of news

@@ -62,7 +62,8 @@ export function silenceDialog(run) {
     const error = h('p', { class: 'form-error', role: 'alert' });
     const submit = h('button', { class: 'button primary', type: 'submit' }, 'Silence');
     const form = h('form', { class: 'silence-form' },
-      h('p', { class: 'muted small' }, 'Alerts keep firing and show here, marked; their notifications (webhooks, Slack) wait until the silence ends.'),
+      h('p', { class: 'muted small' }, 'Alerts keep firing and show here, marked; no notification about them (webhooks, Slack), firing or resolved, '
+        + 'goes out until the silence ends. Then what still fires is notified, and what was announced and resolved meanwhile is notified as resolved.'),
       h('label', { for: 'silence-scope' }, 'Mute'), scope,
       h('label', { for: 'silence-kind' }, 'Alerts'), kind,
       h('label', { for: 'silence-duration' }, 'For'), duration,

@@ -213,6 +213,59 @@ def test_a_silence_that_runs_out_reenables_notifications_by_itself(api, app, rx)
     assert api.get("/api/v1/silences", params={"run_id": other_run}).json()["silences"] == []
 
 
+def test_a_silenced_groups_resolution_waits_for_the_silence_to_end(api, app, rx):
+    """Issue 25.5: an alert announced as firing, then silenced, resolved during the silence, and
+    the "resolved" went out at once (the dialog says notifications wait). Now nothing is sent while
+    the silence lasts; when it ends the receiver, told the alert fired, is told it resolved. An
+    alert that fired and resolved inside the silence is never announced."""
+    hook(api, rx.url, events=["alert.firing", "alert.resolved"])
+    run_id, ids = workers(api, "hushed", 2)
+    clock = Clock(app)
+    clock.sweep(TIMEOUT + 1)
+    fired = clock.elapsed()
+    assert clock.notify(fired + WAIT + 1) == 1  # announced: 2 heartbeat_lost firing
+    silence = api.post("/api/v1/silences", json={"run_id": run_id, "duration_s": 3600, "reason": "rebooting"}).json()
+    for cid in ids:  # both come back during the silence
+        api.post(f"/api/v1/runs/{run_id}/components/{cid}/heartbeat")
+    resolved = api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "resolved"}).json()["alerts"]
+    assert len(resolved) == 2 and all(a["silenced"] and a["silenced_by"] == [silence["id"]] for a in resolved)
+    assert clock.notify(fired + WAIT + INTERVAL + 10) == 0  # past the group interval: still nothing
+    assert [b["type"] for b in alert_bodies(rx)] == ["alert.firing"]
+
+    api.post(f"/api/v1/silences/{silence['id']}/expire")
+    assert not any(a["silenced"] for a in api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"])
+    assert clock.notify(fired + WAIT + INTERVAL + 11) == 1  # the held resolution, now
+    last = alert_bodies(rx)[-1]
+    assert last["type"] == "alert.resolved" and last["data"]["reason"] == "all 2 resolved"
+    assert clock.notify(10_000) == 0
+
+    # Fired and resolved inside a silence: the receiver never heard of it, and never will.
+    silence = api.post("/api/v1/silences", json={"run_id": run_id, "duration_s": 86400, "reason": "again"}).json()
+    clock.sweep(2 * TIMEOUT + 10_000)
+    muted = api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "open"}).json()["alerts"]
+    assert len(muted) == 2 and all(a["silenced"] for a in muted)
+    assert clock.notify(10_001 + WAIT) == 0
+    for cid in ids:
+        api.post(f"/api/v1/runs/{run_id}/components/{cid}/heartbeat")
+    api.post(f"/api/v1/silences/{silence['id']}/expire")
+    assert clock.notify(20_000) == 0 and len(alert_bodies(rx)) == 2
+
+
+def test_a_silences_held_resolution_goes_out_when_it_runs_out(api, app, rx):
+    hook(api, rx.url, events=["alert.firing", "alert.resolved"])
+    run_id, [cid] = workers(api, "lapse", 1, project="ml")
+    clock = Clock(app)
+    clock.sweep(TIMEOUT + 1)
+    fired = clock.elapsed()
+    assert clock.notify(fired + WAIT + 1) == 1
+    silence = api.post("/api/v1/silences", json={"project": "ml", "duration_s": 120, "reason": "deploy"}).json()
+    ends = (datetime.fromisoformat(silence["ends_at"].replace("Z", "+00:00")) - clock.t0).total_seconds()
+    api.post(f"/api/v1/runs/{run_id}/components/{cid}/heartbeat")
+    assert clock.notify(ends - 1) == 0
+    assert clock.notify(ends + 1) == 1  # the group was scheduled for the silence's end
+    assert [b["type"] for b in alert_bodies(rx)] == ["alert.firing", "alert.resolved"]
+
+
 def test_silences_are_validated(api):
     run_id, _ = workers(api, "v", 0)
     bad = [{"duration_s": 60, "reason": "no matcher"}, {"run_id": run_id, "duration_s": 0, "reason": "x"},

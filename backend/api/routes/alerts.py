@@ -22,10 +22,11 @@ OptionalNote = Annotated[AlertNote | None, Body()]
 
 
 def _marked(s, rows: list[tuple[Alert, str]]) -> list[AlertOut]:  # noqa: ANN001
-    """Alerts with the active silences that mute them (silenced alerts still show, marked)."""
+    """Alerts with the active silences that mute them: the notifier's own rule (an active silence
+    that matches mutes an alert's notifications, its resolution included), so every view of an
+    alert says `silenced` exactly when no message about it can go out."""
     silences = silence_store.active(s, utcnow())
-    return [AlertOut(**lifecycle.alert_dict(a, muting(silences, a.run_id, project, a.kind) if a.status != "resolved" else []))
-            for a, project in rows]
+    return [AlertOut(**lifecycle.alert_dict(a, muting(silences, a.run_id, project, a.kind))) for a, project in rows]
 
 
 @router.get("/runs/{run_id}/alerts", response_model=AlertList, summary="Alerts of a run, newest first (paginated)")
@@ -47,16 +48,18 @@ def all_alerts(db: DbDep, _: ReadDep, page: AlertsPage, status: StatusFilter = N
 def acknowledge(alert_id: int, db: DbDep, effects: EffectsDep, who: AdminDep, body: OptionalNote = None) -> AlertOut:
     with effects.write(db) as s:
         alert = lifecycle.get_alert(s, alert_id)
-        alert = lifecycle.acknowledge(s, get_run(s, alert.run_id), alert, who.name, _note(body))
-        return AlertOut(**lifecycle.alert_dict(alert))
+        run = get_run(s, alert.run_id)
+        alert = lifecycle.acknowledge(s, run, alert, who.name, _note(body))
+        return _marked(s, [(alert, run.project)])[0]
 
 
 @router.post("/alerts/{alert_id}/resolve", response_model=AlertOut, summary="Resolve an alert by hand")
 def resolve(alert_id: int, db: DbDep, effects: EffectsDep, who: AdminDep, body: OptionalNote = None) -> AlertOut:
     with effects.write(db) as s:
         alert = lifecycle.get_alert(s, alert_id)
-        alert = lifecycle.resolve(s, get_run(s, alert.run_id), alert, who.name, _note(body))
-        return AlertOut(**lifecycle.alert_dict(alert))
+        run = get_run(s, alert.run_id)
+        alert = lifecycle.resolve(s, run, alert, who.name, _note(body))
+        return _marked(s, [(alert, run.project)])[0]
 
 
 def _note(body: AlertNote | None) -> str | None:
