@@ -262,6 +262,34 @@ class Alert(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class TaintSpan(Base):
+    """What a run trained on (docs/design.md, "What a run trained on"): the steps it trained while
+    one alert that means misaligned training (backend/detect/taint.py says which) was open. Written
+    in the transaction that fires, refreshes or resolves that alert, and kept after it resolves:
+    the alert says what is wrong now, the span what the run's weights went through."""
+
+    __tablename__ = "taint_spans"
+    __table_args__ = (Index("ix_taint_spans_run_id", "run_id"), Index("ix_taint_spans_alert_id", "alert_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    # No foreign key: the span outlives nothing but its run, and the janitor deletes a run's alerts
+    # in steps before the run row (whose cascade then takes the spans).
+    alert_id: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(64))  # the alert's kind
+    cause: Mapped[str] = mapped_column(String(300))  # ranges merge per cause, e.g. "processor:chat_template"
+    what: Mapped[str] = mapped_column(Text)  # e.g. "chat_template differs"
+    first_step: Mapped[int] = mapped_column(BigInteger)  # the first step trained while it was open
+    # The run's last step when it closed (NULL while open: it reaches the run's last step). Lower
+    # than first_step when no step was trained while it was open (caught and fixed in a pause).
+    last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    worker_ids: Mapped[list] = mapped_column(JSON, default=list)  # the workers the alert names (bounded)
+    workers: Mapped[int] = mapped_column(Integer, default=0)  # how many it names (0: not about workers)
+    rollout_workers: Mapped[int] = mapped_column(Integer, default=0)  # live rollout processes, the most seen
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
 class AlertEvent(Base):
     """Audit trail of an alert: fired, acknowledged, resolved, by whom."""
 

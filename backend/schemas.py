@@ -68,6 +68,44 @@ class PackSuggestion(BaseModel):
     message: str
 
 
+class TaintRangeOut(BaseModel):
+    cause: str = Field(description='ranges merge per cause, e.g. "processor:chat_template", "weights", '
+                                   '"metric:align/prompt_rerender_mismatch_frac", "sample_audit:rerender"')
+    kind: str = Field(description="the alert kind that stood for it")
+    what: str = Field(description='e.g. "chat_template differs"')
+    first_step: int
+    last_step: int = Field(description="inclusive; for an open range, the run's last step now")
+    open: bool = Field(description="the divergence is still open: the range grows with the run")
+    workers: int = Field(description="rollout workers it was seen on (0: not about workers, e.g. the trainer's metric)")
+    worker_ids: list[str] = Field(description="the first 20 of them")
+    rollout_workers: int = Field(description="live rollout processes of the run while it was open (the most seen)")
+    alert_ids: list[int]
+    summary: str = Field(description='e.g. "steps 212–251: chat_template differs on 1 of 3 rollout workers"')
+
+
+class TaintOut(BaseModel):
+    """What a run trained on: the steps it trained while a divergence was open (docs/design.md)."""
+
+    tainted: bool = False
+    first_step: int | None = Field(default=None, description="the earliest tainted step: a checkpoint saved before it is clean")
+    steps: int = Field(default=0, description="how many distinct steps are tainted")
+    ranges: list[TaintRangeOut] = Field(default=[], description="earliest first, at most 100")
+    ranges_total: int = 0
+
+
+class CheckpointTaintOut(BaseModel):
+    step: int
+    tainted: bool = Field(description="a checkpoint saved at this step was trained on at least one tainted step")
+    ranges: list[TaintRangeOut] = Field(description="the ranges that begin at or before the step")
+
+
+class RunTaintOut(TaintOut):
+    run_id: int
+    state: ControlStateName
+    last_step: int | None
+    checkpoint: CheckpointTaintOut | None = Field(default=None, description="with `?step=`: the verdict on that checkpoint")
+
+
 class RunOut(BaseModel):
     id: int
     name: str
@@ -79,6 +117,8 @@ class RunOut(BaseModel):
     control: ControlOut
     components: list[ComponentOut] = []
     firing_alerts: dict[str, int] = {}
+    silenced_alerts: int = Field(default=0, description="open alerts an active silence mutes now (counted in firing_alerts too)")
+    taint: TaintOut = Field(default_factory=TaintOut, description="what the run trained on: its tainted step ranges")
     ended_at: datetime | None = Field(default=None, description="When it became stopped, finished or crashed")
     packs: list[str] = Field(default=[], description="framework packs that apply to the run (its own and its project's)")
     suggested_packs: list[PackSuggestion] = Field(

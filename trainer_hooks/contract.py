@@ -238,6 +238,10 @@ WEBHOOK_EVENT_DESCRIPTIONS = {
     "alert.resolved": "Every alert of a group that was announced as firing has resolved.",
     "alert.acknowledged": "Someone acknowledged an alert.",
     "run.control": "A run was paused, resumed, stopped, completed its stop, or crashed (never for a clean finish).",
+    "run.ended_tainted": ("A run ended (stopped, finished or crashed) having trained steps while a divergence was open "
+                          "(a processor or weights mismatch, misaligned samples): data.taint lists the step ranges; "
+                          "checkpoints from data.taint.first_step on were trained on them. Never sent for a run that "
+                          "trained clean."),
     "test": "The test event sent from the Webhooks page or POST /webhooks/{id}/test.",
 }
 WEBHOOK_EVENT_TYPES = tuple(WEBHOOK_EVENT_DESCRIPTIONS)

@@ -1,11 +1,13 @@
 """Alert lifecycle: firing -> acknowledged -> resolved, one open alert per (run, dedup key),
 every change audited. Alerts are per cause; a change only marks the alert's notification groups
-due (in the same transaction), and backend/alerts/notifier.py decides what goes out and when."""
+due (in the same transaction), and backend/alerts/notifier.py decides what goes out and when.
+Each change also keeps the run's record of what it trained on (backend/alerts/taint.py), in the
+same transaction."""
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.alerts import grouping
+from paritywatch.backend.alerts import grouping, taint
 from paritywatch.backend.alerts.effects import effects_of, wakeups
 from paritywatch.backend.errors import Conflict
 from paritywatch.backend.models import Alert, Run, utcnow
@@ -45,11 +47,13 @@ def fire(s: Session, run: Run, kind: str, severity: str, dedup_key: str, title: 
         existing.detail, existing.title, existing.updated_at = detail, title, now
         if severity != existing.severity:
             existing.severity = severity
+        taint.track(s, run, existing)
         return existing, False
     alert = store.add_alert(s, Alert(
         run_id=run.id, kind=kind, severity=severity, dedup_key=dedup_key, open_key=store.open_key(run.id, dedup_key),
         status="firing", title=title, detail=detail, step=step, fired_at=now, updated_at=now))
     store.add_event(s, alert.id, "fired", ACTOR, title)
+    taint.track(s, run, alert)
     _groups_changed(s, run, alert)
     return alert, True
 
@@ -61,6 +65,7 @@ def resolve(s: Session, run: Run, alert: Alert, actor: str, note: str | None = N
     alert.status, alert.open_key, alert.resolved_at, alert.updated_at = "resolved", None, now, now
     store.add_event(s, alert.id, "auto_resolved" if auto else "resolved", actor, note)
     s.flush()
+    taint.track(s, run, alert)
     _groups_changed(s, run, alert)
     return alert
 

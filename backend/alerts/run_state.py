@@ -15,7 +15,10 @@ the heartbeat timeout while the run was live). Only a lost process of a running 
 raises `heartbeat_lost`; it resolves when the process heartbeats, registers or closes. A run that
 ends cleanly (stopped, finished) resolves its open alerts: nothing is left to act on, and the
 receivers that were told an alert fired are told it resolved. Every state change is audited
-(`control_events`) and, except a clean finish, sent as a `run.control` event.
+(`control_events`) and, except a clean finish, sent as a `run.control` event. A run that ends
+(stopped, finished, crashed) having trained steps while a divergence was open also sends
+`run.ended_tainted` with its record (backend/alerts/taint.py): an untainted finish still sends
+nothing.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.alerts import lifecycle
+from paritywatch.backend.alerts import lifecycle, taint
 from paritywatch.backend.alerts.effects import Effects, wakeups
 from paritywatch.backend.alerts.hearing import HearingClock
 from paritywatch.backend.db import Database
@@ -43,6 +46,9 @@ ACTIONS = {
     "stop": ({"running", "paused"}, "stopping"),
 }
 QUIET_STATES = ("finished",)  # a clean end pages nobody: no run.control event
+# A run that ends in one of these having trained on tainted steps sends `run.ended_tainted` (a
+# finish too: its checkpoints are what a user must now refuse).
+END_STATES = ("stopped", "finished", "crashed")
 
 
 def who(comp: Component) -> str:
@@ -58,11 +64,14 @@ def change_state(s: Session, run: Run, target: str, actor: str | None, reason: s
     wakeups(s).control_runs[run.id] = control_store.control_of(run)
     if target in ENDED_RUN_STATES:
         lifecycle.resolve_all(s, run, f"the run {target}")
+    record = taint.record_of(s, run)  # after the resolutions: spans still open closed at the last step
+    control = control_store.control_of(run)
+    control["updated_at"] = control["updated_at"].isoformat()
+    data = {"run": run_ref(s, run), "control": control, "from_state": previous, "taint": record}
     if target not in QUIET_STATES:
-        control = control_store.control_of(run)
-        control["updated_at"] = control["updated_at"].isoformat()
-        enqueue_event(s, "run.control", {"run": run_ref(s, run), "control": control, "from_state": previous},
-                      run.project)
+        enqueue_event(s, "run.control", data, run.project)
+    if target in END_STATES and record["tainted"]:
+        enqueue_event(s, "run.ended_tainted", data, run.project)
     return True
 
 

@@ -21,3 +21,9 @@ def matches(silence: SilenceLike, run_id: int, project: str, kind: str) -> bool:
 def muting(silences: Iterable[SilenceLike], run_id: int, project: str, kind: str) -> list[int]:
     """Ids of the silences (from `silences`, the active ones) that mute this alert."""
     return [s.id for s in silences if matches(s, run_id, project, kind)]
+
+
+def muted_count(silences: Iterable[SilenceLike], run_id: int, project: str, open_by_kind: dict[str, int]) -> int:
+    """How many of a run's open alerts (`open_by_kind`: kind -> count) the silences mute."""
+    silences = list(silences)
+    return sum(n for kind, n in open_by_kind.items() if muting(silences, run_id, project, kind))

@@ -1,7 +1,7 @@
 """Alerts and their audit events: the SQL behind backend/alerts/lifecycle.py and the alert routes."""
 from __future__ import annotations
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from paritywatch.backend.models import Alert, AlertEvent, Run
@@ -36,6 +36,17 @@ def open_alerts_of_rules(s: Session, rule_ids: list[int]) -> list[Alert]:
     keys = [f"rule:{i}" for i in rule_ids]
     match = or_(Alert.dedup_key.in_(keys), *(Alert.dedup_key.like(f"{k}:%") for k in keys))
     return list(s.scalars(select(Alert).where(Alert.status != "resolved", match).order_by(Alert.id)))
+
+
+def open_alert_kinds(s: Session, run_ids: list[int]) -> dict[int, dict[str, int]]:
+    """run id -> {alert kind: open alerts of that kind} (what silences are matched against)."""
+    out: dict[int, dict[str, int]] = {rid: {} for rid in run_ids}
+    if run_ids:
+        q = (select(Alert.run_id, Alert.kind, func.count()).where(Alert.run_id.in_(run_ids), Alert.open_key.is_not(None))
+             .group_by(Alert.run_id, Alert.kind))
+        for run_id, kind, n in s.execute(q):
+            out[run_id][kind] = n
+    return out
 
 
 def add_alert(s: Session, alert: Alert) -> Alert:

@@ -21,6 +21,17 @@ def _link(url: str | None, label: str) -> str:
     return f" <{url}|{label}>" if url else ""
 
 
+def tainted_steps(taint: dict, shown: int = 3) -> str:
+    """"; steps 212–251: chat_template differs on 1 of 3 rollout workers; checkpoints from step
+    212 on were trained on them" (the first few ranges)."""
+    ranges = taint.get("ranges") or []
+    if not ranges:
+        return ""
+    more = taint.get("ranges_total", len(ranges)) - shown
+    text = "; " + "; ".join(r.get("summary", "") for r in ranges[:shown]) + (f"; and {more} more" if more > 0 else "")
+    return text + f"; checkpoints from step {taint.get('first_step')} on were trained on them"
+
+
 def slack_message(payload: dict) -> dict:
     data = payload.get("data", {})
     kind = payload.get("type")
@@ -28,11 +39,17 @@ def slack_message(payload: dict) -> dict:
     where = f"run {run.get('project', '')}/{run.get('name', '')}"
     if kind == "test":
         return {"text": "Paritywatch test event: this webhook works." + _link(data.get("url"), "dashboard")}
-    if kind == "run.control":
+    if kind in ("run.control", "run.ended_tainted"):
         control = data.get("control") or {}
         why = f": {control['reason']}" if control.get("reason") else ""
-        text = f"{where} is now {control.get('state', run.get('state', '?'))} (by {control.get('actor') or 'paritywatch'}{why})"
-        return {"text": _escape(text) + _link(run.get("url"), "open run")}
+        state = control.get('state', run.get('state', '?'))
+        text = f"{where} is now {state} (by {control.get('actor') or 'paritywatch'}{why})"
+        taint = data.get("taint") or {}
+        if kind == "run.ended_tainted" or taint.get("tainted"):
+            text = f"{where} {state} having trained on tainted steps" if kind == "run.ended_tainted" else text
+            text += tainted_steps(taint)
+        emoji = ":biohazard_sign: " if kind == "run.ended_tainted" else ""
+        return {"text": emoji + _escape(text) + _link(run.get("url"), "open run")}
     alert = data.get("alert") or {}
     if kind == "alert.acknowledged":
         text = f":eyes: {data.get('actor', 'someone')} acknowledged {alert.get('title', '')} — {where}"

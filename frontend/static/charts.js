@@ -253,10 +253,15 @@ class Chart {
   }
 }
 
-/** Rule thresholds as horizontal lines; alerts as markers on the x-axis. Texts use enums and numbers only. */
+/** Rule thresholds as horizontal lines; alerts as markers on the x-axis; tainted step ranges (the
+ *  run trained them while a divergence was open) shaded. Texts use enums and numbers only. */
 export function decorations(key, ctx) {
   const shapes = [];
   const annotations = [];
+  for (const r of ctx.taint?.ranges || []) {
+    shapes.push({ type: 'rect', xref: 'x', x0: r.first_step - 0.5, x1: r.last_step + 0.5, yref: 'paper', y0: 0, y1: 1,
+      fillcolor: COLORS.error, opacity: 0.08, line: { width: 0 }, layer: 'below' });
+  }
   for (const rule of ctx.rules || []) {
     if (rule.key !== key || rule.enabled === false || rule.kind === 'trend') continue;  // a trend's threshold is a score
     const color = COLORS[rule.severity] || COLORS.warning;
@@ -283,7 +288,7 @@ export function formatValue(v) {
 }
 
 /**
- * Build the charts section into `container`. ctx = {rules, alerts}.
+ * Build the charts section into `container`. ctx = {rules, alerts, taint}.
  * Returns {setContext(ctx), appendLive(lastStep), destroy()}.
  */
 export function createCharts(container, runId, ctx) {
@@ -346,6 +351,7 @@ export function createCharts(container, runId, ctx) {
     setContext(next) {
       ctx.rules = next.rules ?? ctx.rules;
       ctx.alerts = next.alerts ?? ctx.alerts;
+      ctx.taint = next.taint ?? ctx.taint;
       for (const c of charts.values()) c.redecorate();
     },
     appendLive(lastStep) {

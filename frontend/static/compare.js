@@ -3,7 +3,7 @@
 // (#/compare?runs=1,2&metric=loss&x=step), so a link shows the same view to whoever opens it.
 import { api, qs } from './api.js';
 import { loadPlotly, plotlyText } from './charts.js';
-import { ago, clear, fmt, h, severityBadges, stateBadge } from './dom.js';
+import { ago, clear, fmt, h, severityBadges, stateBadge, taintSummary } from './dom.js';
 
 const PALETTE = ['#2457c5', '#c62828', '#2e7d32', '#8e24aa', '#ef6c00', '#00838f', '#6d4c41', '#ad1457'];
 const MAX_RUNS = PALETTE.length;
@@ -276,7 +276,8 @@ export async function renderCompare(root, query) {
         row('project', (c) => c.run.project),
         row('state', (c) => stateBadge(c.run.control.state)),
         row('parity verdict', (c) => verdictCell(c.parity)),
-        row('firing alerts', (c) => severityBadges(c.run.firing_alerts)),
+        row('firing alerts', (c) => severityBadges(c.run.firing_alerts, c.run.silenced_alerts)),
+        row('tainted steps', (c) => taintSummary(c.run.taint, 3)),
         row('last step', (c) => fmt(c.run.last_step)),
         row(h('code', {}, view.metric || 'metric'), (c) => lastValue(c.keys, view.metric)),
         row('created', (c) => ago(c.run.created_at)))));

@@ -63,10 +63,26 @@ export function badge(text, kind) {
 
 export const SEVERITIES = UI_CONFIG.severities;
 
-export function severityBadges(counts = {}) {
+export function severityBadges(counts = {}, silenced = 0) {
   const items = SEVERITIES.filter((s) => counts[s] > 0).map((s) =>
     h('span', { class: `badge badge-${s}`, title: `${counts[s]} firing ${s} alert(s)` }, `${counts[s]} ${s}`));
+  // Muted alerts still fire (counted above); say how many of them notify nobody now.
+  if (items.length && silenced > 0) {
+    items.push(h('span', { class: 'badge badge-muted silenced', dataset: { silenced }, title: 'Notifications muted by a silence' },
+      `${silenced} silenced`));
+  }
   return items.length ? items : [h('span', { class: 'muted' }, 'none')];
+}
+
+/** A run's tainted step ranges (steps it trained while a divergence was open), the first `shown`. */
+export function taintSummary(taint, shown = 2) {
+  if (!taint || !taint.tainted) return h('span', { class: 'muted', dataset: { tainted: '0' } }, 'none');
+  const ranges = taint.ranges || [];
+  const more = (taint.ranges_total ?? ranges.length) - Math.min(shown, ranges.length);
+  return h('div', { class: 'taint', dataset: { tainted: '1', firstStep: taint.first_step } },
+    ranges.slice(0, shown).map((r) => h('div', { class: ['taint-range', r.open ? 'is-open' : ''],
+      dataset: { cause: r.cause, firstStep: r.first_step, lastStep: r.last_step }, title: r.worker_ids.length ? `workers: ${r.worker_ids.join(', ')}` : null }, r.summary)),
+    more > 0 ? h('div', { class: 'muted small' }, `and ${more} more`) : null);
 }
 
 export function stateBadge(state) {

@@ -1,11 +1,12 @@
-// Run page: header with state and controls, the mismatch banner, parity, alerts, sample audit, charts, settings; live updates.
+// Run page: header with state and controls, the mismatch banner, what the run trained on (tainted
+// steps, kept after the alerts resolve), parity, alerts, sample audit, charts, settings; live updates.
 import { api, followRun, isAdmin, qs, whoami } from './api.js';
 import { renderAlerts } from './alerts.js';
 import { renderAudit } from './audit.js';
 import { createCharts, loadPlotly } from './charts.js';
 import { confirmControl, renderControls } from './controls.js';
 import { openDiff } from './diff.js';
-import { ago, clear, fmt, h, modal, severityBadges, when } from './dom.js';
+import { ago, clear, fmt, h, modal, severityBadges, taintSummary, when } from './dom.js';
 import { groupLabel, mismatchGroups, renderParity } from './parity.js';
 import { processCounts } from './runs.js';
 import { renderRunSettings } from './settings.js';
@@ -32,6 +33,7 @@ export async function renderRun(root, runId) {
     controls: h('div', { class: 'controls' }),
     silences: h('div', { class: 'silences', id: 'silences' }),
     banner: h('div', { class: 'banner-slot' }),
+    taint: h('div', { class: 'taint-slot', id: 'taint' }),
     packs: h('div', { class: 'pack-slot' }),
     parity: h('section', { class: 'card parity', id: 'parity' }),
     alerts: h('section', { class: 'card alerts', id: 'alerts' }),
@@ -46,12 +48,12 @@ export async function renderRun(root, runId) {
     h('div', { class: 'run-head' },
       h('div', { class: 'run-title' }, h('h1', {}, run.name), el.live),
       h('div', { class: 'run-facts' }, el.step, el.processes, el.toWorkers, el.ended, el.firing)),
-    el.controls, el.silences, el.banner, el.packs,
+    el.controls, el.silences, el.banner, el.taint, el.packs,
     h('div', { class: 'run-grid' }, el.parity, el.alerts),
     el.charts, el.audit, el.workers, el.settings, el.danger);
 
   const state = { run, parity: undefined, alerts: [], versions: {} };
-  const charts = createCharts(el.charts, runId, { rules: [], alerts: [] });
+  const charts = createCharts(el.charts, runId, { rules: [], alerts: [], taint: run.taint });
   const workers = createWorkersView(el.workers, runId, workersFirst);
 
   function drawHead() {
@@ -60,8 +62,28 @@ export async function renderRun(root, runId) {
     el.processes.textContent = `processes: ${counts.live} live · ${counts.closed} closed · ${counts.lost} lost`;
     el.ended.textContent = state.run.ended_at ? `ended ${ago(state.run.ended_at)}` : '';
     el.ended.title = when(state.run.ended_at);
-    clear(el.firing, 'firing: ', severityBadges(state.run.firing_alerts));
+    clear(el.firing, 'firing: ', severityBadges(state.run.firing_alerts, state.run.silenced_alerts));
     renderControls(el.controls, state.run, me, (control) => { adoptControl(control); drawHead(); drawBanner(); });
+    drawTaint();
+  }
+
+  /** What the run trained on: the steps trained while a divergence was open. It stays after the
+   *  alerts resolve (a finished run with no firing alert may still have trained on misaligned tokens). */
+  let taintShown = null;
+  function drawTaint() {
+    const taint = state.run.taint;
+    const shown = JSON.stringify(taint || null);
+    if (shown === taintShown) return;
+    taintShown = shown;
+    charts.setContext({ taint });
+    if (!taint || !taint.tainted) { clear(el.taint); return; }
+    const open = (taint.ranges || []).some((r) => r.open);
+    clear(el.taint, h('div', { class: 'banner banner-warn', role: 'status', dataset: { banner: 'taint' } },
+      h('div', { class: 'banner-text' },
+        h('strong', {}, `Trained on ${fmt(taint.steps)} tainted step${taint.steps === 1 ? '' : 's'}`),
+        h('span', {}, ` — steps this run trained while a divergence was open${open ? ' (one still is)' : ''}; `,
+          `a checkpoint from step ${fmt(taint.first_step)} on was trained on them. This record stays after the alerts resolve.`),
+        taintSummary(taint, 10))));
   }
 
   function drawBanner() {
@@ -176,7 +198,9 @@ export async function renderRun(root, runId) {
 
   function refreshAll() { loadAlerts(); loadParity(); loadAudit(true); refreshRun().catch(() => {}); }
 
-  function loadSilences() { renderSilences(el.silences, state.run, me, () => { loadSilences(); loadAlerts(); }); }
+  function loadSilences() {
+    renderSilences(el.silences, state.run, me, () => { loadSilences(); loadAlerts(); refreshRun().catch(() => {}); });
+  }
 
   function onRunEvent(data) {
     const v = state.versions;
@@ -190,7 +214,7 @@ export async function renderRun(root, runId) {
       if (Date.now() - runLoadedAt > 10000) refreshRun().catch(() => {});
       loadAudit();
     }
-    if (v.alerts !== undefined && v.alerts !== data.alerts_version) { loadAlerts(); loadAudit(true); }
+    if (v.alerts !== undefined && v.alerts !== data.alerts_version) { loadAlerts(); loadAudit(true); refreshRun().catch(() => {}); }
     if (v.components !== undefined && v.components !== data.components_version) { loadParity(); workers.refresh(); refreshRun().catch(() => {}); }
     v.alerts = data.alerts_version;
     v.components = data.components_version;

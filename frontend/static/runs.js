@@ -1,8 +1,9 @@
 // Runs list: name, project, state and since when, processes (live / closed / lost) with heartbeat age,
-// firing alerts, last step; filter (the state filter is the server's) and sort.
+// firing alerts, tainted steps (trained while a divergence was open, kept after the alerts resolve),
+// last step; filter (the state filter is the server's) and sort.
 import { api, qs, UI_CONFIG } from './api.js';
 import { compareButton, pickBox } from './compare.js';
-import { ageSeconds, ago, clear, errorState, fmt, h, severityBadges, stateBadge, when } from './dom.js';
+import { ageSeconds, ago, clear, errorState, fmt, h, severityBadges, stateBadge, taintSummary, when } from './dom.js';
 
 // The run states, in the order of their lifecycle (docs/design.md, "Runs, processes and control").
 export const RUN_STATES = UI_CONFIG.run_states;
@@ -16,6 +17,7 @@ const SORTS = {
   project: (r) => r.project.toLowerCase(),
   state: (r) => r.control.state,
   alerts: (r) => Object.entries(r.firing_alerts || {}).reduce((acc, [s, n]) => acc + (n > 0 ? SEVERITY_RANK[s] * 1e6 + n : 0), 0),
+  taint: (r) => r.taint?.steps ?? 0,
   last_step: (r) => r.last_step ?? -1,
   created: (r) => r.created_at,
 };
@@ -30,7 +32,7 @@ export function renderRuns(root) {
   const table = h('table', { class: 'table runs-table' }, h('thead', {}, h('tr', {},
     h('th', { class: 'pick-col' }, h('span', { class: 'visually-hidden' }, 'Compare')), header('Name', 'name'), header('Project', 'project', 'hide-sm'), header('State', 'state'),
     h('th', { class: 'hide-sm' }, 'Trainer'), h('th', {}, 'Rollout'), header('Firing alerts', 'alerts'),
-    header('Last step', 'last_step', 'num'))), body);
+    header('Tainted steps', 'taint'), header('Last step', 'last_step', 'num'))), body);
   const content = h('div', { class: 'table-wrap' }, table);
   clear(root,
     h('div', { class: 'page-head' }, h('h1', {}, 'Runs'), status),
@@ -71,7 +73,7 @@ export function renderRuns(root) {
     clear(projectSelect, h('option', { value: '' }, 'all projects'),
       projects.map((p) => h('option', { value: p, selected: p === filters.project }, p)));
     const rows = visible();
-    clear(body, rows.length ? rows.map((r) => row(r, drawCompare)) : h('tr', {}, h('td', { colspan: 8, class: 'empty' },
+    clear(body, rows.length ? rows.map((r) => row(r, drawCompare)) : h('tr', {}, h('td', { colspan: 9, class: 'empty' },
       runs.length || filters.state ? 'No run matches these filters.' : 'No runs yet. Point a ParityMonitor at this server to see one here.')));
     status.textContent = `${rows.length} of ${runs.length} run(s) · refreshed ${new Date().toLocaleTimeString()}`;
     drawCompare();
@@ -110,7 +112,7 @@ function row(run, onPick) {
   const trainers = run.components.filter((c) => c.side === 'trainer');
   const rollouts = run.components.filter((c) => c.side === 'rollout');
   const errors = (run.firing_alerts || {}).error > 0;
-  return h('tr', { class: errors ? 'row-alert' : '', dataset: { runId: run.id, runName: run.name } },
+  return h('tr', { class: errors ? 'row-alert' : '', dataset: { runId: run.id, runName: run.name, tainted: run.taint?.tainted ? '1' : '0' } },
     h('td', { class: 'pick-col' }, pickBox(run, onPick)),
     h('td', {}, h('a', { class: 'run-link', href: `#/runs/${run.id}` }, run.name),
       h('div', { class: 'muted small show-sm' }, run.project)),
@@ -119,7 +121,8 @@ function row(run, onPick) {
       h('div', { class: 'muted small since', title: when(run.control.updated_at) }, `since ${ago(run.control.updated_at)}`)),
     h('td', { class: 'hide-sm' }, componentsCell(trainers)),
     h('td', {}, componentsCell(rollouts)),
-    h('td', { class: 'alerts-cell' }, severityBadges(run.firing_alerts)),
+    h('td', { class: 'alerts-cell' }, severityBadges(run.firing_alerts, run.silenced_alerts)),
+    h('td', { class: 'taint-cell' }, taintSummary(run.taint)),
     h('td', { class: 'num' }, fmt(run.last_step)));
 }
 

@@ -164,7 +164,8 @@ def test_every_event_type_the_api_accepts_is_listed_for_the_dashboard(api):
     listed = [e["type"] for e in api.get("/api/v1/webhook-events").json()["events"]]
     schema = api.get("/api/v1/openapi.json").json()["components"]["schemas"]["WebhookIn"]
     accepted = schema["properties"]["events"]["items"]["enum"]
-    assert listed == accepted == ["alert.firing", "alert.resolved", "alert.acknowledged", "run.control", "test"]
+    assert listed == accepted == ["alert.firing", "alert.resolved", "alert.acknowledged", "run.control",
+                                  "run.ended_tainted", "test"]
     assert api.post("/api/v1/webhooks", json={"url": "http://127.0.0.1:9/x", "events": ["run.finished"]}).status_code == 422
 
 

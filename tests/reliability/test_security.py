@@ -58,6 +58,7 @@ ACCESS: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/runs/{run_id}/control/stopped"): "ingest",
     ("GET", "/api/v1/runs/{run_id}/control/audit"): "read",
     ("GET", "/api/v1/runs/{run_id}/parity"): "read",
+    ("GET", "/api/v1/runs/{run_id}/taint"): "read",
     ("GET", "/api/v1/runs/{run_id}/workers"): "read",
     ("GET", "/api/v1/runs/{run_id}/workers/series"): "read",
     ("GET", "/api/v1/runs/{run_id}/alerts"): "read",

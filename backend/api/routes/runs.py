@@ -4,23 +4,31 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from paritywatch.backend.alerts import taint
+from paritywatch.backend.alerts.silences import muted_count
 from paritywatch.backend.api.deps import AdminDep, DbDep, EngineDep, IngestDep, JanitorDep, ReadDep, SettingsDep, require_project
 from paritywatch.backend.api.query import DeletionsPage, RunsPage, encode_cursor
 from paritywatch.backend.detect import packs as pack_catalog
+from paritywatch.backend.detect import taint as taint_logic
 from paritywatch.backend.detect.rules import BUILTIN_RULES
-from paritywatch.backend.models import ENDED_RUN_STATES
-from paritywatch.backend.schemas import ComponentOut, ControlStateName, PackSuggestion, RunCreate, RunDeletionList, RunDeletionOut, RunList, RunOut
+from paritywatch.backend.models import ENDED_RUN_STATES, utcnow
+from paritywatch.backend.schemas import (ComponentOut, ControlStateName, PackSuggestion, RunCreate, RunDeletionList,
+                                         RunDeletionOut, RunList, RunOut, RunTaintOut)
+from paritywatch.backend.store import alerts as alert_store
 from paritywatch.backend.store import packs as pack_store
 from paritywatch.backend.store import retention
 from paritywatch.backend.store import runs as run_store
+from paritywatch.backend.store import silences as silence_store
 from paritywatch.backend.store.control import control_of
+from trainer_hooks.contract import MAX_STEP
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 deletions = APIRouter(prefix="/run-deletions", tags=["runs"])
 StateFilter = Annotated[ControlStateName | None, Query(description="Only runs in this state")]
 
 
-def run_out(run, components=(), firing=None, packs=(), suggested=()) -> RunOut:  # noqa: ANN001
+def run_out(run, components=(), firing=None, packs=(), suggested=(), facts=None) -> RunOut:  # noqa: ANN001
+    facts = facts or {}
     return RunOut(
         id=run.id,
         name=run.name,
@@ -32,6 +40,8 @@ def run_out(run, components=(), firing=None, packs=(), suggested=()) -> RunOut: 
         control=control_of(run),
         components=[ComponentOut.model_validate(c, from_attributes=True) for c in components],
         firing_alerts=firing or {},
+        silenced_alerts=facts.get("silenced_alerts", 0),
+        taint=facts.get("taint") or {},
         ended_at=run.control_updated_at if run.control_state in (*ENDED_RUN_STATES, "crashed") else None,
         packs=list(packs),
         suggested_packs=[PackSuggestion(pack=x.pack, keys=list(x.keys), message=x.message) for x in suggested],
@@ -57,7 +67,8 @@ def list_runs(db: DbDep, _: ReadDep, page: RunsPage, project: str | None = None,
     firing = run_store.firing_alert_counts(db, ids)
     with db.read() as s:
         packs = pack_store.enabled_for_runs(s, [(r.id, r.project) for r in runs])
-    return RunList(runs=[run_out(r, comps[r.id], firing[r.id], packs[r.id]) for r in runs],
+        facts = _facts(s, runs)
+    return RunList(runs=[run_out(r, comps[r.id], firing[r.id], packs[r.id], facts=facts[r.id]) for r in runs],
                    next_cursor=encode_cursor(after))
 
 
@@ -84,10 +95,33 @@ def list_deletions(db: DbDep, _: ReadDep, page: DeletionsPage) -> RunDeletionLis
                            next_cursor=encode_cursor(after))
 
 
+@router.get("/{run_id}/taint", response_model=RunTaintOut,
+            summary="What the run trained on: its tainted step ranges, and whether a checkpoint at `step` was trained on them")
+def get_taint(run_id: int, db: DbDep, _: ReadDep,
+              step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="a checkpoint's step: judge it")] = None,
+              ) -> RunTaintOut:
+    with db.read() as s:
+        run = run_store.get_run(s, run_id)
+        record = taint.record_of(s, run)
+    checkpoint = taint_logic.checkpoint(record, step) if step is not None else None
+    return RunTaintOut(**record, run_id=run.id, state=run.control_state, last_step=run.last_step, checkpoint=checkpoint)
+
+
 def _detailed(db, run) -> RunOut:  # noqa: ANN001
     comps = run_store.components_of(db, [run.id])[run.id]
     firing = run_store.firing_alert_counts(db, [run.id])[run.id]
     with db.read() as s:
         packs = pack_store.enabled_for_runs(s, [(run.id, run.project)])[run.id]
         posted = pack_store.keys_present(s, run.id, pack_catalog.all_keys())
-    return run_out(run, comps, firing, packs, pack_catalog.suggest(posted, set(packs)))
+        facts = _facts(s, [run])[run.id]
+    return run_out(run, comps, firing, packs, pack_catalog.suggest(posted, set(packs)), facts)
+
+
+def _facts(s, runs: list) -> dict[int, dict]:  # noqa: ANN001
+    """run id -> what the runs list and the run page show beside the alert counts: how many open
+    alerts a silence mutes now, and the record of what the run trained on."""
+    silences = silence_store.active(s, utcnow())
+    kinds = alert_store.open_alert_kinds(s, [r.id for r in runs]) if silences else {}
+    records = taint.records_of(s, runs)
+    return {r.id: {"silenced_alerts": muted_count(silences, r.id, r.project, kinds.get(r.id, {})),
+                   "taint": records[r.id]} for r in runs}
