@@ -1,4 +1,4 @@
-"""The live summary of runs that the event stream sends: four grouped queries for any number of
+"""The live summary of runs that the event stream sends: five grouped queries for any number of
 runs, so one poll per process serves every open dashboard."""
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ from sqlalchemy import func, select
 
 from paritywatch.backend.db import Database
 from paritywatch.backend.errors import NotFound
-from paritywatch.backend.models import Alert, Component, Run
+from paritywatch.backend.models import Alert, Component, Run, Silence, utcnow
 from paritywatch.backend.store.control import control_of
 
 
 def run_snapshots(db: Database, run_ids: set[int] | list[int]) -> dict[int, dict]:
-    """run id -> {last_step, control, firing_alerts, alerts_version, components_version}; runs
-    that do not exist are absent."""
+    """run id -> {last_step, control, firing_alerts, alerts_version, components_version,
+    silences_version}; runs that do not exist are absent. `silences_version` moves when a silence
+    starts or ends (also by running out): which alerts are `silenced` may have changed."""
     ids = sorted(set(run_ids))
     if not ids:
         return {}
@@ -32,6 +33,9 @@ def run_snapshots(db: Database, run_ids: set[int] | list[int]) -> dict[int, dict
             select(Component.run_id, func.count(), func.max(Component.started_at), func.count(Component.fingerprint_digest),
                    func.count(Component.closed_at), func.count(Component.lost_at))
             .where(Component.run_id.in_(ids)).group_by(Component.run_id))}
+        now = utcnow()
+        active, newest = s.execute(select(func.count(), func.max(Silence.id))
+                                   .where(Silence.ends_at > now, Silence.starts_at <= now)).one()
     out = {}
     for rid, run in runs.items():
         control = control_of(run)
@@ -44,6 +48,7 @@ def run_snapshots(db: Database, run_ids: set[int] | list[int]) -> dict[int, dict
             "firing_alerts": firing[rid],
             "alerts_version": f"{n_alerts}:{last_alert}",
             "components_version": ":".join(str(c) for c in comp_counts),
+            "silences_version": f"{active}:{newest}",
         }
     return out
 

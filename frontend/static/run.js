@@ -216,8 +216,10 @@ export async function renderRun(root, runId) {
     }
     if (v.alerts !== undefined && v.alerts !== data.alerts_version) { loadAlerts(); loadAudit(true); refreshRun().catch(() => {}); }
     if (v.components !== undefined && v.components !== data.components_version) { loadParity(); workers.refresh(); refreshRun().catch(() => {}); }
+    if (v.silences !== undefined && v.silences !== data.silences_version) { loadSilences(); loadAlerts(); refreshRun().catch(() => {}); }
     v.alerts = data.alerts_version;
     v.components = data.components_version;
+    v.silences = data.silences_version;
     drawHead();
     drawBanner();
   }

@@ -123,6 +123,34 @@ def test_a_silence_made_in_the_page_mutes_the_run_until_it_is_expired(page, serv
     assert page_problems(page) == {"csp": [], "errors": []}
 
 
+def test_silences_made_elsewhere_show_on_an_open_run_page_at_once(page, server):
+    """Issue 25.5: `silenced` shown consistently. A silence created or ended outside the page (the
+    API, another admin, or one that runs out) marks and unmarks the open page's alerts, and the
+    header counts them, with no reload."""
+    api = httpx.Client(base_url=f"{server.url}/api/v1", timeout=10)
+    run = api.post("/runs", json={"name": "hushed-elsewhere", "project": "silences-2"}).json()
+    api.post(f"/runs/{run['id']}/rules", json={"key": "reward", "comparison": "<", "threshold": 0.5}).raise_for_status()
+    api.post(f"/runs/{run['id']}/metrics", json={"client_id": "hushed", "seq": 1, "steps": [1],
+                                                  "series": {"reward": [0.1]}}).raise_for_status()
+    page.goto(f"{server.url}/#/runs/{run['id']}")
+    alert = page.locator("#alerts li.alert-item[data-kind=metric_threshold]")
+    expect(alert).to_have_attribute("data-silenced", "0")
+    head = page.locator(".run-facts .firing")
+    expect(head).to_have_text("firing: 1 warning")
+
+    live = 20_000  # the page hears of it through its event stream (one poll every 0.5 s), then reloads
+    silence = api.post("/silences", json={"project": "silences-2", "duration_s": 3600, "reason": "maintenance"}).json()
+    expect(alert).to_have_attribute("data-silenced", "1", timeout=live)
+    expect(head).to_have_text("firing: 1 warning1 silenced", timeout=live)
+    expect(page.locator("#silences li.silence")).to_contain_text("project silences-2", timeout=live)
+
+    api.post(f"/silences/{silence['id']}/expire").raise_for_status()
+    expect(alert).to_have_attribute("data-silenced", "0", timeout=live)
+    expect(head).to_have_text("firing: 1 warning", timeout=live)
+    expect(page.locator("#silences")).to_contain_text("Notifications are on.", timeout=live)
+    assert page_problems(page) == {"csp": [], "errors": []}
+
+
 def test_the_webhooks_page_offers_every_event_the_api_sends_and_sets_grouping(page, server):
     """Issue 17.3: the dashboard offered two event types while the API accepted five."""
     offered_by_api = [e["type"] for e in httpx.get(f"{server.url}/api/v1/webhook-events").json()["events"]]
