@@ -12,7 +12,7 @@ from paritywatch.backend.janitor import Janitor
 from paritywatch.backend.main import create_app
 from paritywatch.backend.models import (
     Alert, AlertEvent, Component, ControlEvent, IngestBatch, MetricChunk, MetricKey, MetricRollup, Rule, Run,
-    SampleAudit, SampleAuditSample, WebhookDelivery, utcnow,
+    SampleAudit, SampleAuditSample, TaintSpan, WebhookDelivery, utcnow,
 )
 from paritywatch.backend.store import retention
 from tests.api.conftest import new_run
@@ -21,7 +21,7 @@ from tests.api.test_metrics import brute_force
 from tests.support.live import local_client, wait_for
 
 PER_RUN = (MetricChunk, MetricRollup, MetricKey, IngestBatch, Alert, AlertEvent, Component, ControlEvent, Rule,
-           SampleAudit, SampleAuditSample)
+           SampleAudit, SampleAuditSample, TaintSpan)  # the sample_audit alert leaves a taint span
 
 
 def rows_of(app, run_id: int) -> dict[str, int]:  # noqa: ANN001

@@ -1,6 +1,6 @@
 """What a run trained on, in the dashboard (issue 25.4): a run resumed after a real mismatch and then
 finished has every alert resolved ("Firing alerts: none"), and still shows the steps it trained
-while the mismatch was open, in the runs list and on its page (banner and shaded charts)."""
+while the mismatch was open, in the runs list, on its page (banner and shaded charts) and in compare."""
 from __future__ import annotations
 
 import pytest
@@ -61,4 +61,9 @@ def test_a_resumed_and_finished_run_shows_its_tainted_steps_in_the_list_and_on_i
     shaded = chart.evaluate("""f => (f.querySelector('.js-plotly-plot').layout.shapes || [])
         .filter(s => s.type === 'rect').map(s => [s.x0, s.x1])""")
     assert shaded == [[211.5, 251.5]]
+
+    page.goto(f"{server.url}/#/compare?runs={run['id']},{clean['id']}&metric=loss")
+    row = page.locator(".compare-table tbody tr", has_text="tainted steps")
+    expect(row.locator("td").nth(0)).to_have_text(SUMMARY)
+    expect(row.locator("td").nth(1)).to_have_text("none")
     assert page_problems(page) == {"csp": [], "errors": []}
