@@ -267,6 +267,32 @@ def test_a_silences_held_resolution_goes_out_when_it_runs_out(api, app, rx):
     assert [b["type"] for b in alert_bodies(rx)] == ["alert.firing", "alert.resolved"]
 
 
+def test_a_message_sent_during_a_silence_keeps_what_the_receiver_was_told_about_the_muted_alerts(api, app, rx):
+    """Grouped by project: one run of the group is silenced, the other is not. A message about the
+    other run during the silence must not drop the muted run's alert from what the receiver was told:
+    its resolution is still owed once the silence ends."""
+    hook(api, rx.url, events=["alert.firing", "alert.resolved"], group_by=["project"], group_wait_s=0,
+         group_interval_s=0)
+    muted_run, [muted_worker] = workers(api, "muted", 1, project="shared")
+    loud_run, [loud_worker] = workers(api, "loud", 1, project="shared")
+    clock = Clock(app)
+    clock.sweep(TIMEOUT + 1)
+    fired = clock.elapsed()
+    assert clock.notify(fired + 1) == 1 and alert_bodies(rx)[0]["data"]["counts"]["firing"] == 2
+    silence = api.post("/api/v1/silences", json={"run_id": muted_run, "duration_s": 86400, "reason": "x"}).json()
+    api.post(f"/api/v1/runs/{muted_run}/components/{muted_worker}/close")  # resolves, muted
+    api.post(f"/api/v1/runs/{loud_run}/components/{loud_worker}/heartbeat")  # resolves, told
+    assert clock.notify(fired + 2) == 1
+    told = alert_bodies(rx)[-1]["data"]
+    assert told["status"] == "resolved" and [a["run_id"] for a in told["resolved"]] == [loud_run]
+    clock.sweep(2 * TIMEOUT + 1000)  # the loud run's worker falls silent again: a new firing message
+    assert clock.notify(1100) == 1 and alert_bodies(rx)[-1]["data"]["status"] == "firing"
+    api.post(f"/api/v1/silences/{silence['id']}/expire")
+    assert clock.notify(1101) == 1  # the muted run's resolution, owed since the silence began
+    last = alert_bodies(rx)[-1]["data"]
+    assert [a["run_id"] for a in last["resolved"]] == [muted_run] and last["reason"] == "1 resolved"
+
+
 def test_silences_are_validated(api):
     run_id, _ = workers(api, "v", 0)
     bad = [{"duration_s": 60, "reason": "no matcher"}, {"run_id": run_id, "duration_s": 0, "reason": "x"},
