@@ -110,7 +110,8 @@ class Range:
     @property
     def summary(self) -> str:
         """"steps 212–251: chat_template differs on 1 of 3 rollout workers"."""
-        steps = f"step {self.first_step}" if self.first_step == self.last_step else f"steps {self.first_step}–{self.last_step}"
+        one = self.first_step == self.last_step
+        steps = f"step {self.first_step}" if one else f"steps {self.first_step}–{self.last_step}"
         on = ""
         if self.workers:
             on = f" on {self.workers} of {max(self.workers, self.rollout_workers)} rollout worker"

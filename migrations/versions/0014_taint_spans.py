@@ -4,8 +4,8 @@
 weights mismatch, a per-sample audit failure, an error rule on an `align/*` metric), with the
 steps the run trained while it was open (docs/design.md, "What a run trained on"). Alerts still
 open at the upgrade get an open span (their start as well as it is known: the step the alert
-recorded, else the run's first step); alerts that resolved before it get none (the step they
-resolved at was never recorded). Migrations never import app code: the classification of
+recorded, the one after it for a processor mismatch, else the run's first step); alerts that
+resolved before it get none (the step they resolved at was never recorded). Migrations never import app code: the classification of
 backend/detect/taint.py at this revision is copied below.
 
 Revision ID: 0014
