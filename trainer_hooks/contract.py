@@ -30,8 +30,23 @@ MAX_CLIENT_ID_LENGTH = 64
 MAX_SEQ = 2**62
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f]")
 
-# The hooks report their own losses as this metric, so a gap in a chart is explained on the chart.
+# Each process reports the metric points it lost (queue full, spool full, refused) as its running
+# total under DROPPED_POINTS_KEY/<its worker id>, so a gap in a chart is explained on the run, process
+# by process (one key for all would show whichever process posted last).
 DROPPED_POINTS_KEY = "paritywatch/dropped_points"
+
+
+def dropped_points_key(worker_id: str) -> str:
+    """The key a process reports its lost points under: a valid metric key whatever its worker id."""
+    key = f"{DROPPED_POINTS_KEY}/{_CONTROL_CHARACTERS.sub('?', worker_id)}"
+    if len(key) <= MAX_KEY_LENGTH:
+        return key
+    digest = hashlib.sha256(worker_id.encode()).hexdigest()[:12]
+    return f"{key[:MAX_KEY_LENGTH - len(digest) - 1]}~{digest}"
+
+
+def is_dropped_points_key(key: str) -> bool:
+    return key.startswith(DROPPED_POINTS_KEY + "/")
 
 
 # Metrics one of many rollout workers posts carry its name as the key's first segment:

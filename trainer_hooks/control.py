@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
+from .health import problem_of
 from .logs import LogOnce, log
 from .transport import Backoff, Transport, TransportError
 
@@ -20,10 +21,11 @@ STOP_STATES = frozenset({"stopping", "stopped"})
 class ControlState:
     """The last control state seen, and a condition the training loop can wait on."""
 
-    def __init__(self, *, fail_closed: bool = False, startup_grace_s: float = 5.0) -> None:
+    def __init__(self, *, fail_closed: bool = False, startup_grace_s: float = 2.0) -> None:
         self.fail_closed = fail_closed
         # A run paused before this process started must hold its very first step too: until the
-        # server's first answer (or the grace runs out: fail-open), "unknown" counts as blocked.
+        # server's first answer, "unknown" counts as blocked. Fail-open ends that at the first
+        # failure to reach the backend, or when the grace runs out (a backend that hangs).
         self._grace_until = time.monotonic() + startup_grace_s
         self.state = "unknown"
         self.version = 0
@@ -56,9 +58,8 @@ class ControlState:
         with self._cond:
             if not reachable:
                 self._grace_until = 0.0  # the backend is down: fail-open now, not after the grace
-            if self.reachable != reachable:
-                self.reachable = reachable
-                self._cond.notify_all()
+            self.reachable = reachable
+            self._cond.notify_all()  # always: the grace ending releases a waiter even if nothing else changed
 
     def blocked(self) -> bool:
         if self.state == "unknown" and not self.fail_closed and time.monotonic() < self._grace_until:
@@ -153,7 +154,7 @@ class ControlPoller:
             )
         except TransportError as exc:
             self.state.set_reachable(False)
-            if not exc.retryable:
+            if not exc.retryable and problem_of(exc) is None:  # a problem (a refused token...) is said by health.py
                 self._log_once.warning(("control", exc.status, exc.code), "paritywatch: control poll failed: %s", exc)
             self._backoff.failed(exc.retry_after)
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
+from .health import keeps_batches, problem_of
 from .logs import LogOnce
 from .progress import Progress
 from .registry import Registry
@@ -52,9 +53,9 @@ class Heartbeat:
             body = self.progress.heartbeat_body(self._delivered_points())
             answer = transport.request("POST", f"/runs/{run_id}/components/{component_id}/heartbeat", json=body)
         except TransportError as exc:
-            if exc.retryable:
+            if keeps_batches(exc):  # the backend may take the next beat: do not hammer it meanwhile
                 self.backoff.failed(exc.retry_after)
-            else:
+            elif problem_of(exc) is None:  # a problem (a wrong URL...) is said by health.py
                 self._log_once.warning(("heartbeat", exc.status, exc.code), "paritywatch: heartbeat failed: %s", exc)
             return
         self.sent += 1

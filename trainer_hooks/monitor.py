@@ -48,6 +48,7 @@ from .transport import Transport, TransportConfig, TransportError
 from .worker import Worker
 
 SIDES = contract.SIDES
+_GOODBYE_S = 1.0  # of close()'s time, kept for telling the backend this process ended
 _T = TypeVar("_T")
 _LIVE: "weakref.WeakSet[ParityMonitor]" = weakref.WeakSet()
 
@@ -159,7 +160,8 @@ class ParityMonitor:
         self._registry = Registry(self._run_key, self._component_key(), dict(tags or {}), dict(config or {}), packs)
         self._control = ControlState(fail_closed=self.fail_closed)
         self._health = BackendHealth(self.url, fail_closed=self.fail_closed, spool_dir=self._spool_dir,
-                                     on_change=self._control.set_reachable)
+                                     on_change=self._control.set_reachable,
+                                     undelivered=lambda: self._worker.undelivered())
         self._worker = Worker(
             backend=self.url,
             transport_factory=self._new_transport,
@@ -171,6 +173,7 @@ class ParityMonitor:
             heartbeat_interval_s=heartbeat_interval_s,
             max_backoff_s=max_backoff_s,
             on_control=self._control.observe,
+            on_tick=self._health.check,
         )
         self._poller = ControlPoller(
             self._control,
@@ -491,7 +494,12 @@ class ParityMonitor:
 
     def wait_if_paused(self, timeout: float | None = None) -> bool:
         """Block while the run is paused; returns on resume or stop (check `should_stop`).
-        False only when `timeout` ran out while still paused. Fail-open unless fail_closed."""
+        False only when `timeout` ran out while still paused.
+
+        Fail-open (the default) never waits on a backend it cannot reach or that refuses this
+        process: only the first call may wait, at most 2 s, for the backend's first answer, so that
+        a run paused before this process started holds its first step too. With fail_closed it
+        holds the loop until the backend takes this process's requests."""
         try:
             if not self.enabled or self._closed:
                 return True
@@ -533,10 +541,16 @@ class ParityMonitor:
         return self._worker.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> bool:
-        """Flush with a deadline, then stop. Unsent points stay in the spool for a later process.
-        A trainer closing while its run is `stopping` reports that its loop has ended, and the
-        run becomes `stopped`. Then every process tells the server it closed cleanly, so its
-        silence is not a lost process; the trainer closing finishes a running run."""
+        """Stop, within `timeout` seconds (plus up to ~1 s for the threads to end); True when
+        everything logged reached the backend.
+
+        While the backend takes this process's requests, what is queued is sent until the deadline;
+        while it is unreachable or refuses this process, nothing waits for it: what is left goes to
+        the spool at once, for a later process. Then goodbye, in the last quarter of the time (at
+        most 1 s): a trainer closing while its run is `stopping` reports that its loop has ended
+        (the run becomes `stopped`), and every process reports that it closed cleanly, so its
+        silence is not a lost process (the trainer closing finishes a running run). Batches not
+        delivered are said once on stderr."""
         if self._closed or not self.enabled:
             return True
         self._closed = True
@@ -544,13 +558,23 @@ class ParityMonitor:
             _LIVE.discard(self)
             self._poller.stop()
             deadline = time.monotonic() + timeout
-            delivered = self._worker.close(timeout)
-            self._acknowledge_stop(max(0.5, deadline - time.monotonic()))
-            self._report_closed(max(0.5, deadline - time.monotonic()))
+            goodbye_s = min(_GOODBYE_S, timeout / 4)
+            delivered = self._worker.close(timeout - goodbye_s, give_up=lambda: self._health.problem is not None)
+            if self._health.problem is None:
+                self._acknowledge_stop(max(goodbye_s / 2, deadline - time.monotonic()))
+                self._report_closed(max(goodbye_s / 2, deadline - time.monotonic()))
+            self._say_undelivered()
             return delivered
         except Exception:
             self._internal_errors += 1
             return False
+
+    def _say_undelivered(self) -> None:
+        undelivered = self._worker.undelivered()
+        if undelivered.batches or undelivered.dropped_points:
+            later = (f"; the spool is replayed by the next process that uses {self.url}" if undelivered.waiting
+                     else "")
+            log.warning("paritywatch: closed. %s%s.", undelivered.describe(self._spool_dir), later)
 
     def _acknowledge_stop(self, timeout: float) -> None:
         """Only the trainer answers for the run: rollout workers end when it does."""
@@ -587,8 +611,11 @@ class ParityMonitor:
             transport.close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters for tests and debugging: sent, spooled, dropped, rejected, errors; and health
-        (`healthy`, `backend_error`, `unreachable_s`)."""
+        """Counters: sent, spooled (`spool_waiting_batches`: this process's, not delivered yet),
+        dropped (`dropped_points` in all, by reason: `queue_dropped_points`, `spool_dropped_points`,
+        `rejected_points`; `dropped_batches`), errors; and health (`healthy`, `backend_problem`:
+        unreachable, wrong_url, token_refused, wrong_scope, wrong_project or registration_refused;
+        `backend_error`: the server's words; `unreachable_s`)."""
         stats = self._worker.stats()
         stats.update(self._health.stats())
         stats["healthy"] = self.healthy

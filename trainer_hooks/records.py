@@ -37,15 +37,9 @@ def wire_batch(record: Mapping[str, Any], component_id: int) -> dict[str, Any]:
             "steps": record["steps"], "series": record["series"]}
 
 
-def record_points(record: Mapping[str, Any], *, count_report: bool = True) -> int:
-    """Values that are not null; without the drop report's own value when `count_report` is False."""
-    return sum(
-        1
-        for key, column in record["series"].items()
-        if count_report or key != contract.DROPPED_POINTS_KEY
-        for value in column
-        if value is not None
-    )
+def record_points(record: Mapping[str, Any]) -> int:
+    """Values that are not null."""
+    return sum(1 for column in record["series"].values() for value in column if value is not None)
 
 
 # --------------------------------------------------------------------------- validation

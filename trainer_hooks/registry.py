@@ -1,11 +1,20 @@
-"""Who this process is to the backend: run and component keys, resolved to server ids once."""
+"""Who this process is to the backend: run and component keys, resolved to server ids once.
+
+Before the first registration, one `GET /whoami` checks that the URL serves the Paritywatch API and
+that the token may post metrics (the ingest scope): a wrong URL or a read token is then named as
+what it is, whatever run the process was given (a run given by id would otherwise meet a 404 that
+reads like an unknown run)."""
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .transport import Transport
+from . import health
+from .transport import FOREIGN, PROBE, REGISTRATION, Transport, TransportError
+
+# Scopes that may post metrics (admin implies every other).
+_POSTING_SCOPES = frozenset({"ingest", "admin"})
 
 
 @dataclass(frozen=True)
@@ -45,19 +54,37 @@ class Registry:
     _runs: dict[RunKey, int] = field(default_factory=dict)
     _components: dict[tuple[int, str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _probed: bool = False
 
     def ids(self, transport: Transport, run: RunKey | None = None, component: ComponentKey | None = None,
             timeout: float | None = None) -> tuple[int, int]:
         """Server ids for a run and component (this monitor's by default). Raises TransportError."""
         run, component = run or self.run, component or self.component
+        purpose = REGISTRATION if (run, component) == (self.run, self.component) else FOREIGN
         with self._lock:
-            run_id = self._run_id(transport, run, timeout)
+            if not self._probed:
+                self._probe(transport, timeout)
+            run_id = self._run_id(transport, run, timeout, purpose)
             key = (run_id, component.side, component.worker_id)
             if key not in self._components:
                 body = transport.request("POST", f"/runs/{run_id}/components", json=component.as_record(),
-                                         timeout=timeout)
+                                         timeout=timeout, purpose=purpose)
                 self._components[key] = int(body["id"])
             return run_id, self._components[key]
+
+    def _probe(self, transport: Transport, timeout: float | None) -> None:
+        body = transport.request("GET", "/whoami", timeout=timeout, purpose=PROBE)
+        scopes = body.get("scopes") if isinstance(body, dict) else None
+        if not isinstance(scopes, list):
+            problem, message = health.WRONG_URL, "GET /whoami did not answer as the Paritywatch API"
+        elif _POSTING_SCOPES.isdisjoint(scopes):
+            problem, message = health.WRONG_SCOPE, f"token {body.get('name')!r} has scope {', '.join(scopes) or 'none'}"
+        else:
+            self._probed = True
+            return
+        error = TransportError(message, retryable=False, status=200, detail=message, purpose=PROBE, problem=problem)
+        transport.report(error, PROBE)
+        raise error
 
     def after_fork(self, component: ComponentKey) -> None:
         """In a forked child: a fresh lock (the parent's may be held) and a re-registration."""
@@ -73,7 +100,7 @@ class Registry:
         cid = self._components.get((run_id, self.component.side, self.component.worker_id))
         return None if cid is None else (run_id, cid)
 
-    def _run_id(self, transport: Transport, run: RunKey, timeout: float | None) -> int:
+    def _run_id(self, transport: Transport, run: RunKey, timeout: float | None, purpose: str) -> int:
         if run.run_id is not None:
             return run.run_id
         if run not in self._runs:
@@ -82,6 +109,6 @@ class Registry:
                 payload.update(tags=self.tags, config=self.config)
                 if self.packs:
                     payload["packs"] = self.packs
-            self._runs[run] = int(transport.request("POST", "/runs", json=payload, timeout=timeout)["id"])
+            self._runs[run] = int(transport.request("POST", "/runs", json=payload, timeout=timeout, purpose=purpose)["id"])
         return self._runs[run]
 

@@ -181,6 +181,9 @@ class Spool:
             record = json.loads(line)
         except ValueError:
             self.corrupt_lines += 1
+            self._log_once.warning("spool-corrupt", "paritywatch: skipped a spooled line in %s that is not JSON "
+                                   "(the torn last write of a process that died): counted in "
+                                   "stats()['spool_skipped_lines']", path)
             return None
         problem = self._accept(record)
         if problem is not None:

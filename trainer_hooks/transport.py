@@ -25,12 +25,19 @@ from . import contract
 MAX_RETRY_AFTER_S = 300.0
 _RETRY_AFTER = Retry(total=None)
 
+# What a request is for, when that changes what its failure means (health.problem_of):
+PROBE = "probe"  # GET /whoami before the first registration: is this the Paritywatch API, does it take the token?
+REGISTRATION = "registration"  # POST /runs, POST /runs/{id}/components for this process's own run
+FOREIGN = "foreign"  # registering or posting a spooled batch another process left for another run
+
 
 class TransportError(Exception):
     """A request that did not succeed, classified for the caller.
 
     `status` is None when no answer came (refused, reset, timed out); `code` and `detail` are the
-    server's error code and message when it sent them."""
+    server's error code and message when it sent them (`code` is None for an answer that is not
+    Paritywatch's error envelope); `purpose` is the request's (PROBE, REGISTRATION, FOREIGN or None);
+    `problem` is set by a caller that judged an answer itself (health.problem_of reads it first)."""
 
     def __init__(
         self,
@@ -41,6 +48,8 @@ class TransportError(Exception):
         code: str | None = None,
         detail: str | None = None,
         retry_after: float | None = None,
+        purpose: str | None = None,
+        problem: str | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
@@ -48,6 +57,8 @@ class TransportError(Exception):
         self.code = code
         self.detail = detail
         self.retry_after = retry_after
+        self.purpose = purpose
+        self.problem = problem
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -137,7 +148,8 @@ def _error_from_response(response: httpx.Response) -> TransportError:
                           status=status, code=code, detail=message, retry_after=retry_after)
 
 
-Observer = Callable[["TransportError | None"], None]
+# Hears (the error or None for an answer, the request's purpose) of every request.
+Observer = Callable[["TransportError | None", "str | None"], None]
 
 
 class Transport:
@@ -171,14 +183,16 @@ class Transport:
         json: Any = None,
         params: dict[str, Any] | None = None,
         timeout: float | None = None,
+        purpose: str | None = None,
     ) -> Any:
         """One attempt. Returns the decoded JSON body of a 2xx answer or raises TransportError."""
         try:
             body = self._attempt(method, path, json=json, params=params, timeout=timeout)
         except TransportError as exc:
-            self._observe(exc)
+            exc.purpose = purpose
+            self.report(exc, purpose)
             raise
-        self._observe(None)
+        self.report(None, purpose)
         return body
 
     def _attempt(self, method: str, path: str, *, json: Any, params: dict[str, Any] | None,
@@ -197,11 +211,12 @@ class Transport:
         except ValueError as exc:
             raise TransportError("2xx answer is not JSON", retryable=False, status=response.status_code) from exc
 
-    def _observe(self, error: TransportError | None) -> None:
+    def report(self, error: TransportError | None, purpose: str | None = None) -> None:
+        """Tell the observer an outcome: every request's, and a caller's own verdict on an answer."""
         if self._observer is None or (error is not None and self._aborted):
             return  # the error of a request we aborted ourselves says nothing about the server
         try:
-            self._observer(error)
+            self._observer(error, purpose)
         except Exception:  # an observer never turns a request into a failure
             pass
 

@@ -9,6 +9,7 @@ from collections import deque
 from typing import Any, Callable
 
 from . import contract
+from .health import keeps_batches
 from .logs import LogOnce
 from .registry import Registry
 from .transport import Backoff, Transport, TransportError
@@ -16,8 +17,10 @@ from .transport import Backoff, Transport, TransportError
 
 class _PendingUploads:
     """Bodies waiting to be posted, oldest first. `submit` from any thread; `post_pending` on the
-    worker thread. A retryable failure leaves the body first in line for the next tick; a refusal
-    drops it (repeating it cannot help). At most `max_pending` wait: beyond, the oldest goes."""
+    worker thread. A failure that keeps batches (`health.keeps_batches`: no answer, a busy server, a
+    refused token) leaves the body first in line for the next try; any other refusal drops it
+    (repeating it cannot help). At most `max_pending` wait: beyond, the oldest goes. Drops are
+    counted and logged once."""
 
     what = "upload"
 
@@ -52,12 +55,12 @@ class _PendingUploads:
                 self._post(transport, body)
                 self.posted += 1
             except TransportError as exc:
-                if exc.retryable:
+                if keeps_batches(exc):
                     self.backoff.failed(exc.retry_after)
                     return
                 self.dropped += 1
                 self._log_once.warning((self.what, exc.status, exc.code),
-                                       "paritywatch: server rejected the %s: %s", self.what, exc)
+                                       "paritywatch: dropped a %s the server refused: %s", self.what, exc)
             with self._lock:
                 if self._pending and self._pending[0] is body:
                     self._pending.popleft()

@@ -3,8 +3,9 @@ batches and runs everything that talks to the backend on the worker's side.
 
 Each tick: open the spool (adopting leftovers of crashed processes), post pending fingerprints, weight
 attestations and per-sample audits (bounded in memory, never spooled),
-drain the queue into batches (`batch.py`) and deliver them (`delivery.py`: send or spool), replay
-the spool, send a heartbeat (`heartbeat.py`). One `Backoff` paces all of it: when the backend is
+drain the queue into batches (`batch.py`) and deliver them (`delivery.py`: send, spool or drop),
+report the points this process lost if the server's figure is behind, replay the spool; heartbeats
+(`heartbeat.py`) have a thread of their own. One `Backoff` paces all of it: when the backend is
 away nothing is attempted before the backoff allows, and new batches go straight to the spool.
 `flush()` waits, on a condition the thread signals after every tick, until the queue, the
 fingerprints, the attestations, the audits and the spool (adopted leftovers included) are all empty.
@@ -17,7 +18,8 @@ from collections import deque
 from typing import Any, Callable, Mapping
 
 from .batch import ColumnBatch, clean_entry
-from .delivery import DropReport, MetricDelivery
+from .delivery import Losses, MetricDelivery
+from .health import Undelivered
 from .heartbeat import Heartbeat
 from .logs import LogOnce, log
 from .registry import Registry
@@ -50,6 +52,7 @@ class Worker:
         heartbeat_interval_s: float = 10.0,
         max_backoff_s: float = 10.0,
         on_control: Callable[[Mapping[str, Any]], None] = lambda control: None,
+        on_tick: Callable[[], None] = lambda: None,
     ) -> None:
         self.queue: deque[tuple[Any, Mapping[str, Any]]] = deque()
         self.max_queue = max_queue
@@ -64,6 +67,7 @@ class Worker:
         self._transport_factory = transport_factory
         self._spool_factory = spool_factory
         self._on_control = on_control
+        self._on_tick = on_tick
         self._reset_process_state()
 
     def _reset_process_state(self) -> None:
@@ -80,11 +84,10 @@ class Worker:
         self._busy = False
         self._closing = False
         self._deadline: float | None = None  # set by flush/close: finish network work by then
-        self._last_step = 0
         self.backoff = Backoff(cap=self.max_backoff_s)
-        self.drops = DropReport()
+        self.losses = Losses()
         self.delivery = MetricDelivery(backend=self._backend, registry=self.registry, backoff=self.backoff,
-                                       drops=self.drops, timeout=self._timeout, log_once=self._log_once)
+                                       losses=self.losses, timeout=self._timeout, log_once=self._log_once)
         self.heartbeat = Heartbeat(registry=self.registry, backoff=self.backoff, interval_s=self.heartbeat_interval_s,
                                    on_control=self._on_control, log_once=self._log_once,
                                    delivered_points=lambda: self.delivery.stats.sent_points)
@@ -107,17 +110,24 @@ class Worker:
         self.internal_errors = self.invalid_values = 0
         self._reset_process_state()
 
+    def undelivered(self) -> Undelivered:
+        return Undelivered(waiting=self.delivery.waiting, dropped=self.losses.batches, dropped_points=self.losses.points)
+
     def stats(self) -> dict[str, Any]:
         spool = self.delivery.spool
         return {
             **vars(self.delivery.stats),
             "queued": len(self.queue),
-            "queue_dropped_points": self.drops.queue_dropped,
-            "spool_dropped_points": self.drops.spool_dropped,
-            "dropped_points": self.drops.total,
+            "spool_waiting_batches": self.delivery.waiting,
+            "dropped_batches": self.losses.batches,
+            "dropped_points": self.losses.points,
+            "queue_dropped_points": self.losses.queue_full,
+            "spool_dropped_points": self.losses.spool_full,
+            "rejected_points": self.losses.rejected,
             "spool_skipped_lines": 0 if spool is None else spool.skipped_lines,
             "invalid_values": self.invalid_values,
             "fingerprints_posted": self.fingerprints.posted,
+            "fingerprints_dropped": self.fingerprints.dropped,
             "audits_posted": self.audits.posted,
             "audits_dropped": self.audits.dropped,
             "attestations_posted": self.attestations.posted,
@@ -131,7 +141,7 @@ class Worker:
 
     def submit(self, step: Any, metrics: Mapping[str, Any]) -> bool:
         if len(self.queue) >= self.max_queue:
-            self.drops.queue_dropped += len(metrics)
+            self.losses.count_queue_full(len(metrics))
             return False
         self.queue.append((step, dict(metrics)))  # a copy: callers reuse their dicts
         if self._thread is None:
@@ -175,9 +185,9 @@ class Worker:
         """Run a tick now instead of at the next flush interval."""
         self._wake.set()
 
-    def flush(self, timeout: float) -> bool:
+    def flush(self, timeout: float, give_up: Callable[[], bool] = lambda: False) -> bool:
         """Wait until everything queued so far, and the leftovers adopted from crashed processes,
-        reached the server; False at the deadline."""
+        reached the server; False at the deadline, or as soon as `give_up()` says waiting is vain."""
         deadline = time.monotonic() + timeout
         self._deadline = deadline
         self._wake.set()
@@ -185,18 +195,19 @@ class Worker:
             with self._tick_done:
                 while not self._idle():
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self._thread is None or not self._thread.is_alive():
+                    if remaining <= 0 or self._thread is None or not self._thread.is_alive() or give_up():
                         return False
                     self._tick_done.wait(min(remaining, _FLUSH_RECHECK_S))
                 return True
         finally:
             self._deadline = None
 
-    def close(self, timeout: float) -> bool:
-        """Flush until the deadline; what is left goes to the spool for a later process."""
+    def close(self, timeout: float, give_up: Callable[[], bool] = lambda: False) -> bool:
+        """Flush until the deadline (or until `give_up()`); what is left goes to the spool for a
+        later process. Returns within `timeout` plus at most ~1 s for the threads to end."""
         start = time.monotonic()
         if self._thread is not None:
-            delivered = self.flush(timeout)
+            delivered = self.flush(timeout, give_up)
         else:  # never started in this process: nothing was sent, nothing adopted
             delivered = not self.queue and not self._uploads_pending()
         self._closing = True
@@ -217,7 +228,7 @@ class Worker:
         # Order matters: the worker sets _busy before it pops, so "queue empty, then not busy"
         # cannot miss an entry that is being processed. Until the first tick opened the spool,
         # leftovers it will adopt are unknown: not idle.
-        if self.queue or self._busy or self._uploads_pending() or not self._spool_ready:
+        if self.queue or self._busy or self._uploads_pending() or not self._spool_ready or self.losses.report_pending():
             return False
         spool = self.delivery.spool
         return spool is None or spool.is_empty()
@@ -235,6 +246,7 @@ class Worker:
                 closing = self._closing
                 try:
                     self._tick(closing)
+                    self._on_tick()
                 except Exception:  # never let one bad batch kill the thread
                     self.internal_errors += 1
                     log.debug("paritywatch worker error", exc_info=True)
@@ -266,6 +278,7 @@ class Worker:
             if not closing:
                 self.audits.post_pending(transport)  # after the batch's metrics: they explain its alerts
                 self.delivery.replay(transport)
+            self.delivery.report_losses(transport, offline=closing)  # last: what this tick lost counts
         finally:
             self._busy = False
 
@@ -306,15 +319,11 @@ class Worker:
     # -- metrics
 
     def _drain_queue(self, transport: Transport, offline: bool) -> None:
-        while True:
-            batch = self._take_batch()
-            if batch is None:
-                return
+        while (batch := self._take_batch()) is not None:
             self.delivery.deliver(transport, self.delivery.record(batch), offline=offline)
 
     def _take_batch(self) -> ColumnBatch | None:
         batch = ColumnBatch(self.max_batch_points)
-        self.drops.add_to(batch, self._last_step)
         queue = self.queue
         while queue:
             step, metrics = queue[0]
@@ -334,5 +343,4 @@ class Worker:
                 self._log_once.warning(("value", key), "paritywatch: dropped metric %r: %s", key, problem)
         if entry.step is None:
             return None
-        self._last_step = entry.step
         return (entry.step, entry.values) if entry.values else None

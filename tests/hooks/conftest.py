@@ -1,12 +1,14 @@
 """A real Paritywatch backend over real HTTP, as a subprocess the tests can stop and restart."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,11 +36,15 @@ class Backend:
         self.proc: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(base_url=self.url + "/api/v1", timeout=10.0)
 
-    def command(self) -> list[str]:
-        serve = ["serve", "--db", f"sqlite:///{self.db_path}", "--host", "127.0.0.1", "--port", str(self.port)]
+    @staticmethod
+    def cli() -> list[str]:
         if CLI.exists():
-            return [str(CLI), *serve]
-        return [sys.executable, "-c", "import sys; from paritywatch.backend.cli import main; sys.exit(main())", *serve]
+            return [str(CLI)]
+        return [sys.executable, "-c", "import sys; from paritywatch.backend.cli import main; sys.exit(main())"]
+
+    def command(self) -> list[str]:
+        return [*self.cli(), "serve", "--db", f"sqlite:///{self.db_path}", "--host", "127.0.0.1",
+                "--port", str(self.port)]
 
     def start(self, timeout: float = 60.0) -> None:
         assert self.proc is None, "already running"
@@ -97,6 +103,23 @@ class Backend:
     def counts(self, run_id: int) -> dict[str, int]:
         return {k["key"]: k["count"] for k in self.get(f"/runs/{run_id}/metrics")["keys"]}
 
+    def last_values(self, run_id: int) -> dict[str, float | None]:
+        return {k["key"]: k["last_value"] for k in self.get(f"/runs/{run_id}/metrics")["keys"]}
+
+    def create_token(self, scope: str, name: str, project: str | None = None) -> str:
+        """A token made as a user makes one (`paritywatch token create`); the first ends open mode."""
+        command = [*self.cli(), "token", "create", "--db", f"sqlite:///{self.db_path}", "--scope", scope,
+                   "--name", name, "--json"] + (["--project", project] if project else [])
+        out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])["token"]
+
+    def use_token(self, token: str) -> None:
+        """The tests' own API calls (`get`, `post`...) carry `token` from now on."""
+        self.client.headers["Authorization"] = f"Bearer {token}"
+
+    def open_mode(self) -> bool:
+        return httpx.get(self.url + "/healthz", timeout=5.0).json()["open_mode"]
+
 
 def _make_backend(tmp_path_factory: pytest.TempPathFactory) -> Backend:
     base = tmp_path_factory.mktemp("backend")
@@ -119,6 +142,40 @@ def own_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     server.start()
     yield server
     server.stop(signal.SIGKILL)
+
+
+@dataclass
+class TokenBackend:
+    """A backend that requires tokens, and one token of each kind a user may hold."""
+
+    backend: Backend
+    admin: str
+    read: str
+    ingest: str  # bound to project "my-project", as README's `paritywatch token create` example
+    other_project: str  # an ingest token bound to project "other"
+
+    @property
+    def url(self) -> str:
+        return self.backend.url
+
+
+@pytest.fixture(scope="module")
+def token_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenBackend]:
+    server = _make_backend(tmp_path_factory)
+    server.start()
+    try:
+        tokens = TokenBackend(server, admin=server.create_token("admin", "me"),
+                              read=server.create_token("read", "dashboard"),
+                              ingest=server.create_token("ingest", "trainers", "my-project"),
+                              other_project=server.create_token("ingest", "their-trainers", "other"))
+        server.use_token(tokens.admin)
+        deadline = time.monotonic() + 30.0  # open mode ends within the token cache's 2 s
+        while server.open_mode() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not server.open_mode()
+        yield tokens
+    finally:
+        server.stop()
 
 
 @pytest.fixture

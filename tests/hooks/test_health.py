@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.hooks.conftest import ROOT, free_port
-from trainer_hooks.health import BackendHealth
-from trainer_hooks.transport import TransportError
+from trainer_hooks import health
+from trainer_hooks.health import BackendHealth, Undelivered
+from trainer_hooks.transport import FOREIGN, PROBE, REGISTRATION, TransportError
 
 # A training loop as a user writes it: no logging configured, PARITYWATCH_URL from the environment.
 TRAINING_PROCESS = textwrap.dedent("""
@@ -87,50 +88,105 @@ def said(caplog: pytest.LogCaptureFixture):
     return lambda: [record.getMessage() for record in caplog.records]
 
 
-def test_a_long_outage_warns_at_once_then_once_a_minute_then_says_it_is_over(said) -> None:
+def test_a_long_outage_is_said_within_seconds_then_once_a_minute_then_said_to_be_over(said) -> None:
     clock = Clock()
     changes: list[bool] = []
     health = BackendHealth("http://backend:8321", clock=clock, repeat_s=60.0, on_change=changes.append)
     assert not health.healthy  # nobody answered yet
-    for _ in range(301):  # a failed retry every second for five minutes
+    for _ in range(301):  # a failed retry every second for five minutes, no batch affected
         health.observe(REFUSED)
         clock.now += 1.0
     messages = said()
-    assert len(messages) == 6  # t = 0, 60, 120, 180, 240, 300
+    assert len(messages) == 5  # t = 2 (FIRST_WARNING_S), 62, 122, 182, 242
     assert "cannot reach the backend at http://backend:8321" in messages[0] and "UNPROTECTED" in messages[0]
-    assert all("still cannot reach" in m and "UNPROTECTED" in m for m in messages[1:])
-    assert "after 300 s" in messages[-1]
+    assert "0 metric batches not delivered so far" in messages[0]
+    assert all("still, after" in m and "UNPROTECTED" in m for m in messages[1:])
+    assert "after 242 s" in messages[-1]
     assert health.stats()["unreachable_s"] == 301.0 and "Connection refused" in health.stats()["backend_error"]
+    assert health.stats()["backend_problem"] == "unreachable"
     health.observe(None)
     assert health.healthy and health.stats()["backend_error"] is None
     assert "protected again" in said()[-1]
     assert changes == [False, True]
 
 
+def test_the_first_warning_comes_with_the_first_batch_it_cost(said) -> None:
+    """Said as soon as a metric batch was not delivered, with the count, before FIRST_WARNING_S."""
+    clock = Clock()
+    lost = Undelivered()
+    health = BackendHealth("http://backend:8321", clock=clock, spool_dir="/spool", undelivered=lambda: lost)
+    health.observe(REFUSED)
+    health.check()
+    assert said() == []  # nothing lost yet: it waits (at most FIRST_WARNING_S) to say what it costs
+    clock.now += 0.5
+    lost = Undelivered(waiting=3)
+    health.check()  # the worker's tick after it spooled the batches
+    [message] = said()
+    assert "3 metric batches not delivered so far: 3 waiting in the spool (/spool)" in message
+    assert "wait in the spool until the backend takes them" in message
+
+
 def test_a_flapping_backend_cannot_flood_the_log(said) -> None:
     clock = Clock()
     health = BackendHealth("http://backend:8321", clock=clock, repeat_s=60.0)
-    for second in range(600):
-        health.observe(REFUSED if second % 2 else None)
+    for second in range(600):  # down 3 s of every 5, for ten minutes
+        health.observe(REFUSED if second % 5 < 3 else None)
         clock.now += 1.0
     unreachable = [m for m in said() if "cannot reach" in m]
     again = [m for m in said() if "protected again" in m]
     assert len(unreachable) == 10 and len(again) <= len(unreachable)
 
 
+def test_a_new_kind_of_problem_is_said_at_once_during_an_outage(said) -> None:
+    clock = Clock()
+    health = BackendHealth("http://backend:8321", clock=clock, first_warning_s=0.0)
+    health.observe(REFUSED)
+    clock.now += 5.0
+    health.observe(TransportError("HTTP 401", retryable=False, status=401, code="unauthorized",
+                                  detail="unknown or revoked token"))
+    assert len(said()) == 2 and "refused this process's token (HTTP 401: unknown or revoked token)" in said()[1]
+    assert health.stats()["unreachable_s"] == 5.0  # one outage, whatever it turned into
+
+
+def _error(status: int | None, code: str | None = "x", purpose: str | None = None, retryable: bool = False):
+    return TransportError(f"HTTP {status}", retryable=retryable, status=status, code=code, purpose=purpose)
+
+
+@pytest.mark.parametrize(("error", "problem", "kept"), [
+    (REFUSED, health.UNREACHABLE, True),
+    (_error(503, retryable=True), health.UNREACHABLE, True),
+    (_error(429, retryable=True), None, True),  # busy, but there: retried, protected
+    (_error(401), health.TOKEN_REFUSED, True),
+    (_error(403, purpose=PROBE), health.TOKEN_REFUSED, True),  # open mode refusing another machine
+    (_error(403, purpose=REGISTRATION), health.WRONG_PROJECT, True),
+    (_error(404, purpose=PROBE), health.WRONG_URL, False),  # no /whoami here
+    (_error(405, purpose=PROBE), health.WRONG_URL, False),
+    (_error(404, code=None), health.WRONG_URL, False),  # another server's 404
+    (_error(200), health.WRONG_URL, False),  # a 2xx that is not our JSON
+    (_error(404, purpose=REGISTRATION), health.NOT_REGISTERED, False),  # a run id the backend does not have
+    (_error(422, purpose=REGISTRATION), health.NOT_REGISTERED, False),
+    (_error(422), None, False),  # a batch refused for its content: counted, the process is fine
+    (_error(404), None, False),
+    (_error(403, purpose=FOREIGN), None, False),  # another process's leftover of a run this token may not write
+])
+def test_what_each_failure_means(error: TransportError, problem: str | None, kept: bool) -> None:
+    assert health.problem_of(error) == problem
+    assert health.keeps_batches(error) is kept
+
+
 def test_answers_that_are_not_an_outage_keep_it_healthy(said) -> None:
-    health = BackendHealth("http://backend:8321", clock=Clock())
-    health.observe(TransportError("HTTP 422", retryable=False, status=422))
-    health.observe(TransportError("HTTP 404", retryable=False, status=404))
-    assert health.healthy and said() == []
-    health.observe(TransportError("HTTP 401 unauthorized", retryable=False, status=401))
-    assert not health.healthy  # a refused token protects nothing either
-    health.observe(TransportError("HTTP 503", retryable=True, status=503))
+    clock = Clock()
+    backend = BackendHealth("http://backend:8321", clock=clock, first_warning_s=0.0)
+    backend.observe(_error(422))
+    backend.observe(_error(404, code="not_found"))
+    assert backend.healthy and said() == []
+    backend.observe(_error(401))
+    assert not backend.healthy  # a refused token protects nothing either
     assert len(said()) == 1
 
 
 def test_fail_closed_says_training_is_held(said) -> None:
-    health = BackendHealth("http://backend:8321", fail_closed=True, clock=Clock())
+    health = BackendHealth("http://backend:8321", fail_closed=True, clock=Clock(), first_warning_s=0.0)
     health.observe(REFUSED)
     [message] = said()
     assert "HELD" in message and "UNPROTECTED" not in message

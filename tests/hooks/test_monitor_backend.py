@@ -19,7 +19,7 @@ import pytest
 
 from tests.hooks.conftest import ROOT, Backend, free_port
 from tests.support.live import wait_for
-from trainer_hooks.contract import DROPPED_POINTS_KEY as DROPPED_KEY
+from trainer_hooks.contract import dropped_points_key
 from trainer_hooks.monitor import ParityMonitor
 from trainer_hooks.worker import Worker
 from trainer_hooks.settings import HookSettings
@@ -272,18 +272,19 @@ def test_a_new_monitor_replays_the_spool_of_a_crashed_process(own_backend: Backe
 
 def test_drops_are_reported_as_a_metric_when_the_spool_is_full(own_backend: Backend, spool_dir: Path) -> None:
     own_backend.stop(signal.SIGKILL)
-    monitor = ParityMonitor("drops", url=own_backend.url, spool_dir=spool_dir, spool_max_bytes=1,
+    monitor = ParityMonitor("drops", url=own_backend.url, spool_dir=spool_dir, spool_max_bytes=1, worker_id="w1",
                             flush_interval_s=0.05, max_backoff_s=0.5)
     for step in range(10):
         monitor.log({"loss": 1.0, "kl": 0.0}, step)
     wait_for(lambda: monitor.stats()["spool_dropped_points"] == 20)
     own_backend.start()
     run_id = own_backend.run_id("drops")
+    key = dropped_points_key("w1")
 
     def reported() -> float | None:
-        if DROPPED_KEY not in own_backend.counts(run_id):
+        if key not in own_backend.counts(run_id):
             return None
-        return own_backend.get(f"/runs/{run_id}/series", key=DROPPED_KEY, points=10)["buckets"]["last"][-1]
+        return own_backend.get(f"/runs/{run_id}/series", key=key, points=10)["buckets"]["last"][-1]
 
     wait_for(lambda: reported() is not None, timeout_s=20.0)
     monitor.close()
@@ -291,17 +292,18 @@ def test_drops_are_reported_as_a_metric_when_the_spool_is_full(own_backend: Back
     assert "loss" not in own_backend.counts(run_id)
 
 
-def test_a_rejected_batch_is_not_retried_and_logged_once(backend: Backend, spool_dir: Path,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_a_run_id_the_backend_does_not_have_is_said_and_its_batches_counted(backend: Backend, spool_dir: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="paritywatch")
     with ParityMonitor(987654, url=backend.url, spool_dir=spool_dir, flush_interval_s=0.05) as monitor:
         for step in range(3):
             monitor.log({"loss": 1.0}, step)
-            assert monitor.flush(5.0)
+            assert monitor.flush(5.0)  # nothing left to send: dropped, not retried
         stats = monitor.stats()
-    assert stats["rejected_points"] == 3 and stats["spooled_batches"] == 0
-    rejections = [r for r in caplog.records if "rejected a metric batch" in r.getMessage()]
-    assert len(rejections) == 1 and "404" in rejections[0].getMessage()
+    assert stats["rejected_points"] == 3 and stats["spooled_batches"] == 0 and stats["dropped_batches"] == 3
+    assert stats["backend_problem"] == "registration_refused" and not stats["healthy"]
+    said = [r.getMessage() for r in caplog.records if "refused to register this process" in r.getMessage()]
+    assert len(said) == 1 and "HTTP 404" in said[0] and "987654" in said[0]
 
 
 def test_register_fingerprint_sends_the_digest_first_and_the_object_once(backend: Backend, spool_dir: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Iterator
 import pytest
 
 from tests.hooks.conftest import ROOT, free_port
+from tests.support.live import wait_for
 from trainer_hooks.monitor import ParityMonitor
 from trainer_hooks.settings import HookSettings
 
@@ -166,3 +167,31 @@ def test_unknown_state_holds_the_first_step_briefly_then_fails_open():
     down.set_reachable(False)  # backend unreachable: fail-open at once
     t0 = time.monotonic()
     assert down.wait_if_paused() is True and time.monotonic() - t0 < 0.1
+
+
+def test_a_failure_releases_a_first_step_already_waiting_out_the_grace():
+    """Issue 29.3: the first wait_if_paused() sat out the whole start-up grace when the backend was
+    unreachable, because the failure came while it was already waiting and woke nobody."""
+    from trainer_hooks.control import ControlState
+
+    state = ControlState(startup_grace_s=30.0)
+    outcome: list[bool] = []
+    waiter = threading.Thread(target=lambda: outcome.append(state.wait_if_paused()), daemon=True)
+    waiter.start()
+    wait_for(lambda: state._cond._waiters, what="the first step waiting")  # noqa: SLF001 (CPython's Condition)
+    state.set_reachable(False)  # the poller's first request was refused
+    waiter.join(10.0)
+    assert outcome == [True]
+
+
+def test_close_does_not_wait_on_an_unreachable_backend(dead_url: str, spool_dir: Path) -> None:
+    import time
+
+    monitor = ParityMonitor("r", url=dead_url, spool_dir=spool_dir)
+    for step in range(10):
+        monitor.log({"loss": 1.0}, step)
+    wait_for(lambda: monitor.stats()["backend_problem"] == "unreachable")
+    started = time.monotonic()
+    assert monitor.close(timeout=30.0) is False
+    assert time.monotonic() - started < 10.0  # spooled at once, not retried until the deadline
+    assert monitor.stats()["spool_waiting_batches"] >= 1

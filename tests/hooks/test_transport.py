@@ -110,7 +110,7 @@ def scripted() -> Iterator[callable]:
         server = ScriptedServer(script)
         servers.append(server)
         outcomes: list = []
-        return server, Transport(TransportConfig(url=server.url, **config), observer=outcomes.append), outcomes
+        return server, Transport(TransportConfig(url=server.url, **config), observer=lambda error, purpose: outcomes.append(error)), outcomes
 
     yield make
     for server in servers:
@@ -162,7 +162,8 @@ def test_connection_refused_is_retryable_and_observed() -> None:
     from tests.hooks.conftest import free_port
 
     outcomes: list = []
-    transport = Transport(TransportConfig(url=f"http://127.0.0.1:{free_port()}"), observer=outcomes.append)
+    transport = Transport(TransportConfig(url=f"http://127.0.0.1:{free_port()}"),
+                          observer=lambda error, purpose: outcomes.append(error))
     error = _fail(transport)
     assert error.retryable and error.status is None
     assert outcomes == [error]
