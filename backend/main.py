@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 from paritywatch.backend import migrate
-from paritywatch.backend.api.deps import RunProjects
+from paritywatch.backend.api.deps import RunProjects, route_access_table
 from paritywatch.backend.api.errors import error_response, install_error_handlers
 from paritywatch.backend.api.fast_ingest import MetricBatchFastPath
 from paritywatch.backend.api.ingest import IngestServices
@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     app.include_router(api)
     _add_health(app)
     _add_api_docs(app)
+    _add_bearer_security(app)
     add_prometheus(app)
     if settings.serve_dashboard:
         _add_dashboard_routes(app)
@@ -258,6 +259,33 @@ def _add_api_docs(app: FastAPI) -> None:
         if name not in media_types:
             return error_response(404, f"no Swagger UI asset {name}")
         return static_asset(assets / name, None, request, media_types[name])
+
+
+BEARER_SCHEME = "bearerAuth"
+
+
+def _add_bearer_security(app: FastAPI) -> None:
+    """The token as OpenAPI says it: a bearer security scheme, required by every operation whose
+    route declares a scope (the declarations the request guard enforces, deps.route_access_table),
+    by no public one. Swagger UI then has an Authorize button and sends the token with "Try it out"
+    (OpenAPI ignores a header parameter named Authorization, which is all the schema had)."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})[BEARER_SCHEME] = {
+                "type": "http", "scheme": "bearer",
+                "description": "A token from `paritywatch token create` (scopes: ingest, read, admin). Not needed in "
+                               "open mode, for callers on the server's machine."}
+            for entry in route_access_table(app):
+                operation = schema["paths"].get(entry.path, {}).get(entry.method.lower())
+                if operation is not None and entry.access.scopes:
+                    operation["security"] = [{BEARER_SCHEME: []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def ui_config_for(version: str, plotly_url: str) -> UiConfig:

@@ -31,3 +31,28 @@ def test_interactive_docs_render_every_operation(page, server):
     assert page_problems(page) == {"csp": [], "errors": []}
     assert requested and all(u.startswith(server.url) for u in requested), \
         [u for u in requested if not u.startswith(server.url)]
+
+
+def test_authorize_and_try_it_out_answer_200_in_token_mode(page, token_server):
+    """Issue 29.4: the schema had no security scheme, so Swagger UI had no Authorize button and
+    "Try it out" answered 401 on a server that requires tokens."""
+    server, tokens = token_server
+    page.goto(f"{server.url}/api/docs")
+    list_runs = page.locator(".opblock-get", has=page.locator("[data-path='/api/v1/runs']"))
+    health = page.locator(".opblock-get", has=page.locator("[data-path='/healthz']"))
+    expect(list_runs.locator(".authorization__btn")).to_have_count(1)  # needs a token: says so
+    expect(health.locator(".authorization__btn")).to_have_count(0)  # public: does not
+
+    page.locator(".auth-wrapper button.authorize").click()
+    dialog = page.locator(".modal-ux")
+    dialog.locator("input[type=text], input[type=password]").fill(tokens["read"])
+    dialog.locator("button.authorize").click()
+    dialog.locator("button.btn-done").click()
+
+    list_runs.locator(".opblock-summary").click()
+    list_runs.locator("button.try-out__btn").click()
+    list_runs.locator("button.execute").click()
+    status = list_runs.locator(".live-responses-table .response .response-col_status")
+    expect(status).to_have_text("200")
+    expect(list_runs.locator(".live-responses-table .response .response-col_description")).to_contain_text("token-run")
+    assert page_problems(page) == {"csp": [], "errors": []}
