@@ -78,11 +78,25 @@ def _open_mode_wanted(args: argparse.Namespace, loopback: bool) -> bool:
     return loopback
 
 
+def access_mode(open_mode: bool, *, active: int, revoked: int, db_option: str) -> str:
+    """What `serve` says about who may call it, true in each case: open mode holds only while no
+    token was ever created (revoking every token does not reopen it)."""
+    create = f"paritywatch token create --scope admin --name me {db_option}"
+    if open_mode and not active and not revoked:
+        return "open: no tokens, callers on this machine are admin"
+    if active:
+        plural = "token" if active == 1 else "tokens"
+        return f"tokens required: {active} active {plural} (paritywatch token list {db_option})"
+    if revoked:
+        return f"tokens required, and every token is revoked: nobody can call it until you create one ({create})"
+    return f"tokens required, and none exists yet: create one ({create})"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from paritywatch.backend import migrate
-    from paritywatch.backend.auth import ensure_bootstrap_token, has_active_tokens, has_any_tokens
+    from paritywatch.backend.auth import ensure_bootstrap_token, has_active_tokens, list_tokens
     from paritywatch.backend.db import Database
     from paritywatch.backend.middleware import is_loopback
     from trainer_hooks import contract
@@ -122,11 +136,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        runs_open = open_mode and not has_any_tokens(db)
+        tokens = list_tokens(db)
     finally:
         db.dispose()
-    mode = ("open: no tokens, callers on this machine are admin" if runs_open
-            else f"tokens required (create one: paritywatch token create --scope admin --name me {db_option_for(args)})")
+    active = sum(1 for t in tokens if not t.revoked)
+    mode = access_mode(open_mode, active=active, revoked=len(tokens) - active, db_option=db_option_for(args))
     print(f"Paritywatch dashboard: http://{args.host}:{args.port}/  (database: {shown_db_url(url)}; {mode})", flush=True)
     uvicorn.run(
         "paritywatch.backend.main:create_app",

@@ -119,3 +119,37 @@ def test_serve_without_db_runs_open_on_loopback(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def _serve_says(db_path, *extra: str) -> str:
+    """The line `paritywatch serve` prints about who may call it, read from a real start."""
+    from tests.support.live import free_port
+
+    proc = subprocess.Popen([sys.executable, "-m", "paritywatch.backend.cli", "serve", "--db", f"sqlite:///{db_path}",
+                             "--port", str(free_port()), "--log-level", "warning", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        return proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_serve_says_the_truth_about_tokens_in_each_case(tmp_path):
+    """Issue 29.5: `serve` said "tokens required (create one …)" when tokens existed."""
+    path = tmp_path / "s.db"
+    assert "open: no tokens" in _serve_says(path)
+    assert "tokens required, and none exists yet: create one (paritywatch token create" in _serve_says(path, "--no-open")
+    def create(scope: str) -> int:
+        made = run_cli("token", "create", "--scope", scope, "--name", scope, "--json", "--db", f"sqlite:///{path}")
+        return json.loads(made.stdout)["id"]
+
+    ids = [create("admin")]
+    said = _serve_says(path)
+    assert "tokens required: 1 active token (paritywatch token list --db" in said and "create" not in said
+    ids.append(create("read"))
+    assert "tokens required: 2 active tokens" in _serve_says(path)
+    for token_id in ids:
+        assert run_cli("token", "revoke", str(token_id), "--db", f"sqlite:///{path}").returncode == 0
+    said = _serve_says(path)
+    assert "every token is revoked" in said and "open: no tokens" not in said  # revoking never reopens
