@@ -4,7 +4,8 @@
     PARITYWATCH_WEBHOOK_SECRET=whsec_... python examples/webhook_receiver.py --port 9000
 
 Verifies `webhook-signature` with the `standardwebhooks` reference library (HMAC-SHA256 over
-"id.timestamp.body", timestamps older or newer than 5 minutes refused), then prints the event.
+"id.timestamp.body", timestamps older or newer than 5 minutes refused), then prints one line per
+event: what happened, to which run, and its link (`describe`; every type, an unknown one too).
 Replays are refused across restarts: the `webhook-id`s seen in the last hour are kept in a small
 SQLite file (--state), so a retried delivery is acknowledged without being processed twice.
 
@@ -49,6 +50,33 @@ class SeenIds:
         self._db.close()
 
 
+def describe(event: dict) -> str:
+    """One line per event, whatever its type: what happened, to which run, and where to look."""
+    kind, data = event.get("type"), event.get("data") or {}
+    run, alert = data.get("run") or {}, data.get("alert") or {}
+    where = f"run {run.get('project')}/{run.get('name')}" if run else ""
+    if kind == "test":
+        text = f"{data.get('message') or 'test event'}: this webhook works"
+    elif kind == "run.control":
+        control = data.get("control") or {}
+        why = f": {control['reason']}" if control.get("reason") else ""
+        text = f"{where} is now {control.get('state') or run.get('state')} (by {control.get('actor') or 'paritywatch'}{why})"
+    elif kind == "alert.acknowledged":
+        note = f" ({data['note']})" if data.get("note") else ""
+        text = f"{data.get('actor') or 'someone'} acknowledged {alert.get('severity')} {alert.get('title')!r}{note} — {where}"
+    elif kind in ("alert.firing", "alert.resolved"):
+        # per group: the summary says how many alerts and which workers, the first alert what is wrong,
+        # the reason why the message came now
+        text = f"{alert.get('severity', '')} {alert.get('title', '')} — {where}".strip(" —")
+        if data.get("summary"):
+            text = data["summary"] + (f": {alert['title']}" if alert.get("title") else "")
+        text += f" (why now: {data['reason']})" if data.get("reason") else ""
+    else:  # a type this receiver does not know yet: show what it carries
+        text = json.dumps(data, sort_keys=True)[:300]
+    link = data.get("url") or run.get("url")
+    return f"{kind}: {text}" + (f" {link}" if link else "")
+
+
 def make_server(secret: str, state_path: str, port: int = 9000, host: str = "127.0.0.1",
                 out: TextIO = sys.stdout, max_body: int = MAX_BODY) -> HTTPServer:
     webhook = Webhook(secret)
@@ -78,12 +106,7 @@ def make_server(secret: str, state_path: str, port: int = 9000, host: str = "127
             except ValueError:
                 return self._answer(400, "body is not JSON")
             if seen.first_time(headers["webhook-id"], time.time()):  # a retry is acknowledged, not re-run
-                data = event.get("data") or {}
-                alert, run = data.get("alert") or {}, data.get("run") or {}
-                # alert.firing / alert.resolved are per group: their summary says how many and which
-                what = data.get("summary") or f"{alert.get('severity', '')} {alert.get('title', '')}".strip()
-                print(f"{event.get('type')}: {what or run.get('state', '')} {run.get('url', '')}".rstrip(),
-                      file=out, flush=True)
+                print(describe(event), file=out, flush=True)
             self._answer(204)
 
         def _answer(self, status: int, reason: str = "") -> None:

@@ -87,9 +87,12 @@ def test_replays_are_refused_across_restarts(tmp_path):
     assert restarted.out.count("alert.firing") == 0
 
 
-def test_it_accepts_what_paritywatch_sends(tmp_path, sqlite_db):
+def test_it_accepts_what_paritywatch_sends_and_says_something_useful_for_every_event(tmp_path, sqlite_db):
+    """Issue 29.8: the test event printed "test:" and nothing else."""
     port = free_port()
-    settings = Settings(database_url=sqlite_db, allow_loopback_webhooks=True, webhook_poll_interval_s=0.05)
+    settings = Settings(database_url=sqlite_db, allow_loopback_webhooks=True, webhook_poll_interval_s=0.05,
+                        webhook_group_wait_s=0, webhook_group_interval_s=0, notify_interval_s=0.05,
+                        public_url="https://pw.example.org")
     with Receiver(tmp_path / "seen.sqlite", port) as rx, ThreadServer(settings) as srv:
         api = httpx.Client(base_url=srv.url + "/api/v1")
         hook = api.post("/webhooks", json={"url": rx.url}).json()
@@ -99,9 +102,27 @@ def test_it_accepts_what_paritywatch_sends(tmp_path, sqlite_db):
         with srv.app.state.db.write() as s:
             s.get(Webhook, hook["id"]).secret = srv.app.state.dispatcher.box.seal(SECRET)
         api.post(f"/webhooks/{hook['id']}/test")
-        wait_for(lambda: api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"][0]["status"] == "delivered",
-                 timeout_s=15)
-    assert "test:" in rx.out
+        run_id = api.post("/runs", json={"name": "grpo", "project": "lab"}).json()["id"]
+        api.post(f"/runs/{run_id}/control", json={"action": "pause", "reason": "checking the template"})
+        api.post(f"/runs/{run_id}/rules", json={"key": "loss", "comparison": ">", "threshold": 1.0})
+        api.post(f"/runs/{run_id}/metrics", json={"client_id": "c", "seq": 0, "steps": [1], "series": {"loss": [9.0]}})
+        alert = wait_for(lambda: api.get(f"/runs/{run_id}/alerts").json()["alerts"], timeout_s=15)[0]
+        api.post(f"/alerts/{alert['id']}/acknowledge", json={"note": "on it"})
+
+        def delivered() -> list[str]:
+            deliveries = api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"]
+            return sorted(d["event_type"] for d in deliveries if d["status"] == "delivered")
+
+        wait_for(lambda: delivered() == ["alert.acknowledged", "alert.firing", "run.control", "test"], timeout_s=20)
+    lines = {line.split(":", 1)[0]: line for line in rx.out.splitlines() if ":" in line}
+    link = f"https://pw.example.org/#/runs/{run_id}"
+    assert lines["test"].startswith("test: Paritywatch test event: this webhook works https://pw.example.org")
+    assert lines["run.control"] == (f"run.control: run lab/grpo is now paused (by open-loopback: "
+                                    f"checking the template) {link}")
+    assert lines["alert.firing"].startswith("alert.firing: [FIRING] 1 metric_threshold in lab/grpo: loss last=9 > 1")
+    assert link in lines["alert.firing"]
+    assert lines["alert.acknowledged"] == ("alert.acknowledged: open-loopback acknowledged warning 'loss last=9 > 1' "
+                                           f"(on it) — run lab/grpo {link}")
 
 
 @pytest.mark.parametrize("twice", [False, True])
