@@ -114,9 +114,8 @@ def _what(problem: str, url: str, reason: str) -> str:
 
 def _fate(problem: str) -> str:
     if problem in KEEPING_PROBLEMS:
-        return "batches wait in the spool until the backend takes them (a later process with this PARITYWATCH_URL " \
-               "sends them too)"
-    return "new batches are dropped too (counted): no later attempt could deliver them"
+        return "sent once the backend takes them, by a later process with this PARITYWATCH_URL too"
+    return "new ones are dropped too (counted): no later attempt could deliver them"
 
 
 @dataclass
@@ -244,8 +243,8 @@ class BackendHealth:
         if self.fail_closed:
             consequence = "Training is HELD in wait_if_paused() until the backend takes this process (fail_closed=True)"
         else:
-            consequence = ("This run is UNPROTECTED: nothing can pause or stop it while it trains (fail_closed=True "
-                           "or PARITYWATCH_FAIL_CLOSED=1 would hold training instead)")
+            consequence = ("This run is UNPROTECTED: nothing can pause or stop it (fail_closed=True or "
+                           "PARITYWATCH_FAIL_CLOSED=1 holds training instead)")
         what = _what(problem.kind, self.url, problem.reason)
         if not first:
             what = f"still, after {down_for:.0f} s: {what}"

@@ -123,7 +123,7 @@ def test_the_first_warning_comes_with_the_first_batch_it_cost(said) -> None:
     health.check()  # the worker's tick after it spooled the batches
     [message] = said()
     assert "3 metric batches not delivered so far: 3 waiting in the spool (/spool)" in message
-    assert "wait in the spool until the backend takes them" in message
+    assert "sent once the backend takes them" in message
 
 
 def test_a_flapping_backend_cannot_flood_the_log(said) -> None:

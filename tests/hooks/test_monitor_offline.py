@@ -105,7 +105,7 @@ def test_unreachable_backend_spools_to_disk_and_close_keeps_the_spool(dead_url: 
 
 def test_fail_open_keeps_training_and_fail_closed_blocks_while_unreachable(dead_url: str, spool_dir: Path) -> None:
     with ParityMonitor("r", url=dead_url, spool_dir=spool_dir) as open_monitor:
-        # Released once the poller finds the backend refusing (or, at the latest, when the 5 s
+        # Released once the poller finds the backend refusing (or, at the latest, when the 2 s
         # start-up grace ends); False would mean it held the loop for all 30 s. A 0.3 s bound was a
         # race with the poller thread's first connection attempt on a loaded machine (seen).
         assert open_monitor.wait_if_paused(timeout=30) is True
