@@ -170,8 +170,8 @@ class MetricDelivery:
             self.waiting += self._counts_as_waiting(record)
             return
         if self._lose(record, refused=False):
-            self._log_once.warning("spool-full", "paritywatch: the backend does not take this process's batches and "
-                                   "the spool is full: dropping them (counted in stats()['dropped_points'])")
+            self._log_once.warning("spool-full", "paritywatch: batches the backend did not take found no room in the "
+                                   "spool: dropped (counted in stats()['spool_dropped_points'])")
 
     def _post(self, transport: Transport, record: dict[str, Any]) -> None:
         run_id, component_id = self._ids_for(transport, record)

@@ -321,6 +321,10 @@ class Worker:
     def _drain_queue(self, transport: Transport, offline: bool) -> None:
         while (batch := self._take_batch()) is not None:
             self.delivery.deliver(transport, self.delivery.record(batch), offline=offline)
+        if self.losses.queue_full:  # said here, not by log() on the training thread
+            self._log_once.warning("queue-full", "paritywatch: log() was called faster than the points could be "
+                                   "sent: the queue (max_queue=%d) was full and dropped points (counted in "
+                                   "stats()['queue_dropped_points'])", self.max_queue)
 
     def _take_batch(self) -> ColumnBatch | None:
         batch = ColumnBatch(self.max_batch_points)

@@ -4,8 +4,11 @@ reported its total under one key, so the run showed whichever process posted las
 server refused were counted nowhere it could see)."""
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
+
+import pytest
 
 from tests.hooks.conftest import Backend
 from tests.support.live import wait_for
@@ -13,7 +16,9 @@ from trainer_hooks import ParityMonitor
 from trainer_hooks.contract import dropped_points_key
 
 
-def test_each_process_reports_exactly_what_it_lost_whatever_the_reason(own_backend: Backend, spool_dir: Path) -> None:
+def test_each_process_reports_exactly_what_it_lost_whatever_the_reason(own_backend: Backend, spool_dir: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="paritywatch")
     own_backend.stop(signal.SIGKILL)
     # backend away, no room in the spool: the batches are dropped
     spool_full = ParityMonitor("losses", url=own_backend.url, spool_dir=spool_dir / "a", spool_max_bytes=1,
@@ -49,3 +54,8 @@ def test_each_process_reports_exactly_what_it_lost_whatever_the_reason(own_backe
     assert {worker: shown.get(dropped_points_key(worker)) for worker in ("rollout-1", "rollout-2", "trainer-0")} \
         == {"rollout-1": 20.0, "rollout-2": float(500 - accepted), "trainer-0": 2.0}
     assert shown["reward"] is not None and "kl" not in shown  # the refused batch stored nothing
+
+    said = [r.getMessage() for r in caplog.records]
+    for reason in ("the queue (max_queue=50) was full", "found no room in the spool",
+                   "the server refused a metric batch (HTTP 422"):
+        assert sum(reason in m for m in said) == 1, (reason, said)  # each said, once
