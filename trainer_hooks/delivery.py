@@ -148,7 +148,7 @@ class MetricDelivery:
             try:
                 self._post(transport, record)
             except TransportError as exc:
-                if keeps_batches(exc) and not self._foreign_refusal(record, exc):
+                if keeps_batches(exc):  # a leftover of a run this token may not write is not kept (FOREIGN)
                     self.backoff.failed(exc.retry_after)
                     return
                 self._drop(record, exc)
@@ -194,11 +194,6 @@ class MetricDelivery:
         run = RunKey.from_record(record["run"])
         component = ComponentKey(**record["component"])
         return self.registry.ids(transport, run, component, timeout=self._timeout())
-
-    def _foreign_refusal(self, record: dict[str, Any], exc: TransportError) -> bool:
-        """A spooled batch of another process's run that this token may not write (403) while this
-        process's own run took it: no retry by this process can deliver it."""
-        return exc.status == 403 and record["client_id"] != self.client_id and self.registry.own_ids() is not None
 
     def _drop(self, record: dict[str, Any], exc: TransportError) -> None:
         if not self._lose(record, refused=True) or problem_of(exc) is not None:  # a problem is said by health.py
