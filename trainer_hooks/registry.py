@@ -60,7 +60,7 @@ class Registry:
             timeout: float | None = None) -> tuple[int, int]:
         """Server ids for a run and component (this monitor's by default). Raises TransportError."""
         run, component = run or self.run, component or self.component
-        purpose = REGISTRATION if (run, component) == (self.run, self.component) else FOREIGN
+        purpose = REGISTRATION if run == self.run else FOREIGN  # its refusal is this process's problem, or not
         with self._lock:
             if not self._probed:
                 self._probe(transport, timeout)

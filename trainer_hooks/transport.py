@@ -28,7 +28,7 @@ _RETRY_AFTER = Retry(total=None)
 # What a request is for, when that changes what its failure means (health.problem_of):
 PROBE = "probe"  # GET /whoami before the first registration: is this the Paritywatch API, does it take the token?
 REGISTRATION = "registration"  # POST /runs, POST /runs/{id}/components for this process's own run
-FOREIGN = "foreign"  # registering or posting a spooled batch another process left for another run
+FOREIGN = "foreign"  # registering or posting a batch an earlier process spooled for another run
 
 
 class TransportError(Exception):

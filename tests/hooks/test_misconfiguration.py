@@ -114,6 +114,25 @@ def test_batches_a_refused_token_kept_are_delivered_by_the_next_process_with_a_g
     assert backend.counts(backend.run_id("token-fixed")) == {"loss": 20}
 
 
+def test_a_restart_with_the_same_wrong_token_keeps_the_leftovers_for_the_fix(token_backend: TokenBackend,
+                                                                             spool_dir: Path) -> None:
+    """README's snippet without project= and a project-bound token, restarted as it was: the first
+    process's batches stay in the spool; fixed with a token that may write project "default", both
+    processes' batches arrive (another worker id: another process of the same run)."""
+    for attempt in range(2):
+        with ParityMonitor("kept", url=token_backend.url, token=token_backend.ingest, spool_dir=spool_dir,
+                           worker_id=f"trainer-{attempt}") as wrong:
+            for step in range(10):
+                wrong.log({"loss": float(step)}, 10 * attempt + step)
+            wait_for(lambda: wrong.stats()["spool_waiting_batches"] >= 1)  # noqa: B023
+        assert wrong.stats()["dropped_points"] == 0
+    with ParityMonitor("kept", url=token_backend.url, token=token_backend.admin, spool_dir=spool_dir,
+                       worker_id="trainer-2") as fixed:
+        assert fixed.flush(30.0) and fixed.stats()["dropped_points"] == 0
+    backend = token_backend.backend
+    assert backend.counts(backend.run_id("kept")) == {"loss": 20}
+
+
 def test_leftovers_for_a_project_the_new_token_cannot_write_are_dropped_counted_and_said(
         token_backend: TokenBackend, spool_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     """README's snippet without project= spooled its batches for project "default"; fixed with
