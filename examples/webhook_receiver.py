@@ -57,10 +57,14 @@ def describe(event: dict) -> str:
     where = f"run {run.get('project')}/{run.get('name')}" if run else ""
     if kind == "test":
         text = f"{data.get('message') or 'test event'}: this webhook works"
-    elif kind == "run.control":
+    elif kind in ("run.control", "run.ended_tainted"):
         control = data.get("control") or {}
         why = f": {control['reason']}" if control.get("reason") else ""
         text = f"{where} is now {control.get('state') or run.get('state')} (by {control.get('actor') or 'paritywatch'}{why})"
+        taint = data.get("taint") or {}
+        if taint.get("tainted"):  # it trained on steps while a divergence was open: which, and since when
+            ranges = "; ".join(r.get("summary", "") for r in (taint.get("ranges") or [])[:3])
+            text += f"; trained on tainted steps from step {taint.get('first_step')}" + (f" ({ranges})" if ranges else "")
     elif kind == "alert.acknowledged":
         note = f" ({data['note']})" if data.get("note") else ""
         text = f"{data.get('actor') or 'someone'} acknowledged {alert.get('severity')} {alert.get('title')!r}{note} — {where}"

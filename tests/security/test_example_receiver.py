@@ -2,6 +2,7 @@
 replay protection that survives a restart; and it accepts what Paritywatch really sends."""
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -123,6 +124,23 @@ def test_it_accepts_what_paritywatch_sends_and_says_something_useful_for_every_e
     assert link in lines["alert.firing"]
     assert lines["alert.acknowledged"] == ("alert.acknowledged: open-loopback acknowledged warning 'loss last=9 > 1' "
                                            f"(on it) — run lab/grpo {link}")
+
+
+def test_a_run_that_ended_tainted_and_an_unknown_event_still_say_something(tmp_path):
+    """The payload of run.ended_tainted (a run that trained while a divergence was open), and of a
+    type this receiver was not written for."""
+    tainted = json.dumps({"type": "run.ended_tainted", "data": {
+        "run": {"project": "lab", "name": "grpo", "url": "https://pw.example.org/#/runs/7"},
+        "control": {"state": "finished", "actor": "trainer t0", "reason": None},
+        "taint": {"tainted": True, "first_step": 212, "ranges_total": 1,
+                  "ranges": [{"summary": "steps 212–251: chat_template differs on 1 of 3 rollout workers"}]}}}).encode()
+    unknown = b'{"type":"run.renamed","data":{"from":"a","to":"b"}}'
+    with Receiver(tmp_path / "seen.sqlite", free_port()) as rx:
+        for body in (tainted, unknown):
+            assert httpx.post(rx.url, content=body, headers=signed(body)).status_code == 204
+    assert ("run.ended_tainted: run lab/grpo is now finished (by trainer t0); trained on tainted steps from step 212 "
+            "(steps 212–251: chat_template differs on 1 of 3 rollout workers) https://pw.example.org/#/runs/7") in rx.out
+    assert 'run.renamed: {"from": "a", "to": "b"}' in rx.out
 
 
 @pytest.mark.parametrize("twice", [False, True])
