@@ -263,14 +263,15 @@ WEBHOOK_EVENT_TYPES = tuple(WEBHOOK_EVENT_DESCRIPTIONS)
 
 # --------------------------------------------------------------------------- fingerprints
 
-# Components whose difference is always an error (the sides encode or stop differently).
-FINGERPRINT_ALWAYS_ERROR = ("vocab", "merges", "added_tokens", "special_tokens", "encode_flags",
-                            "generation_eos", "image_processor", "processor")
+# Tables and settings the probes can only sample: judged by what differs in them (an eos id is an
+# error, a pad token info: trainer_hooks/fingerprint/effects.py), an error when that cannot be told.
+FINGERPRINT_TABLES = ("vocab", "merges", "added_tokens", "special_tokens", "encode_flags",
+                      "generation_eos", "image_processor", "processor")
 # The tokenizer pipeline's structure: a difference matters when behaviour differs too.
 FINGERPRINT_STRUCTURE = ("model_params", "normalizer", "pre_tokenizer", "post_processor", "decoder")
 # The order a diff lists components in (and the dashboard shows them in): chat_template first,
 # the readable cause of most behavior differences.
-FINGERPRINT_COMPONENT_ORDER = (("chat_template", "behavior") + FINGERPRINT_ALWAYS_ERROR + FINGERPRINT_STRUCTURE
+FINGERPRINT_COMPONENT_ORDER = (("chat_template", "behavior") + FINGERPRINT_TABLES + FINGERPRINT_STRUCTURE
                                + (SAMPLING_PARAMS_COMPONENT, "sampling_defaults", "runtime"))
 
 

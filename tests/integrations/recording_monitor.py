@@ -17,6 +17,7 @@ class RecordingMonitor:
     def __init__(self, **kwargs: Any):
         self.kwargs = kwargs
         self.processors: list[tuple[Any, Any]] = []
+        self.chat_template_kwargs: list[Any] = []  # as given with each register_processor call
         self.sampling: list[tuple[Any, dict[str, Any]]] = []
         self.logged: list[tuple[dict[str, float], int]] = []
         self.policy_versions: list[int] = []
@@ -30,8 +31,10 @@ class RecordingMonitor:
         self._running.set()
         self._stop = False
 
-    def register_processor(self, processor: Any, generation_config: Any = None) -> None:
+    def register_processor(self, processor: Any, generation_config: Any = None, *,
+                           chat_template_kwargs: Any = None) -> None:
         self.processors.append((processor, generation_config))
+        self.chat_template_kwargs.append(chat_template_kwargs)
 
     def report_sampling_params(self, params: Any = None, **kwargs: Any) -> bool:
         self.sampling.append((params, kwargs))
@@ -82,10 +85,12 @@ class FileMonitor(RecordingMonitor):
         self.path = path
         self._write({"event": "init", "kwargs": kwargs})
 
-    def register_processor(self, processor: Any, generation_config: Any = None) -> None:
+    def register_processor(self, processor: Any, generation_config: Any = None, *,
+                           chat_template_kwargs: Any = None) -> None:
         self._write(
             {
                 "event": "register_processor",
+                "chat_template_kwargs": chat_template_kwargs,
                 "chat_template": processor.chat_template,
                 "vocab_size": len(processor),
                 "eos_token_id": list(generation_config.eos_token_id),

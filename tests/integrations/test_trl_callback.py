@@ -65,10 +65,13 @@ def test_train_begin_reports_what_the_grpo_recompute_assumes(tmp_path):
 
     monitor = RecordingMonitor()
     state, control = make_state()
-    args = GRPOConfig(output_dir=str(tmp_path), temperature=0.6, top_p=0.9, top_k=20, use_cpu=True, report_to="none")
+    args = GRPOConfig(output_dir=str(tmp_path), temperature=0.6, top_p=0.9, top_k=20, use_cpu=True, report_to="none",
+                      chat_template_kwargs={"enable_thinking": False})
     ParityCallback(monitor=monitor).on_train_begin(args, state, control, model=FakeModel(), processing_class=object())
     # TRL divides the logits by the temperature and masks nothing: top_p/top_k are the rollout's business
     assert monitor.sampling == [({"temperature": 0.6}, {"logprobs_mode": "processed", "source": "trl"})]
+    # the trainer renders every prompt with the config's template kwargs: its probes must too
+    assert monitor.chat_template_kwargs == [{"enable_thinking": False}]
 
 
 def test_train_begin_accepts_the_older_tokenizer_keyword():
@@ -287,12 +290,14 @@ def close_loop(loop):
 
 
 def test_rollout_loop_registers_the_processor_it_renders_with(qwen_tokenizer):
-    loop = build_loop(qwen_tokenizer, (RecordingMonitor, {"side": "rollout", "run": "r1"}))
+    loop = build_loop(qwen_tokenizer, (RecordingMonitor, {"side": "rollout", "run": "r1"}),
+                      chat_template_kwargs={"enable_thinking": False})
     try:
         monitor = loop.parity_monitor
         assert monitor.kwargs == {"side": "rollout", "run": "r1"}
         (processor, generation_config), = monitor.processors
         assert processor is loop.tokenizer  # after TRL's add_response_schema
+        assert monitor.chat_template_kwargs == [{"enable_thinking": False}]  # as the loop renders prompts
         assert generation_config.eos_token_id == [qwen_tokenizer.eos_token_id]
         assert (generation_config.temperature, generation_config.top_p) == (0.7, 0.9)
         (params, how), = monitor.sampling  # what every request of the loop sets

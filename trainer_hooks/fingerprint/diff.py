@@ -1,15 +1,20 @@
 """Diff two fingerprints: a verdict, the differing components, a human-readable detail for each.
 
 Pure and stdlib-only; works on fingerprints that went through JSON; never raises.
-Severity rules (docs/fingerprint.md, "Diff and verdict rules"):
-- ALWAYS_ERROR components differ -> error (tables and settings the probes cannot cover fully).
+Severity rules (docs/fingerprint.md, "Diff and verdict rules"), each by the difference's effect on
+the tokens the rollout samples and the trainer scores:
+- vocab, merges, added_tokens, image_processor, processor differ -> error (tables the probes can
+  only sample), except a vocab / added_tokens difference that is only one side's new pad token -> info.
+- special_tokens, generation_eos, encode_flags, runtime, sampling_defaults: field by field
+  (effects.py): an eos id -> error, a pad token or pad id -> info, padding/truncation side and
+  model_max_length -> info, the ids encode() adds -> error...
 - chat_template differs -> warning when both templates render every probe conversation both sides
   report identically (text, or the error raised), else error.
 - sampling_params: temperature or log-prob mode differ -> error; masks and penalties -> warning
   (sampling.py; "disabled" encodings are normalised before hashing, so they never differ).
 - STRUCTURE components differ -> error if any behavior probe differs, else warning.
 - behavior: a probe that differs -> error; probe sets that differ (other paritywatch versions)
-  while every shared probe matches -> info. sampling_defaults -> warning. runtime -> info.
+  while every shared probe matches -> info.
 - A component reported by one side only -> info ("not comparable").
 - env is never compared; it feeds the likely ``causes`` of a difference.
 """
@@ -17,19 +22,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from ..contract import (FINGERPRINT_ALWAYS_ERROR, FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE,
-                        SAMPLING_PARAMS_COMPONENT)
-from . import behavior_diff, sampling
+from ..contract import FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE, FINGERPRINT_TABLES, SAMPLING_PARAMS_COMPONENT
+from . import behavior_diff, effects, sampling
 from .canonical import canonical_json
 from .causes import likely_causes
-from .probes import PROBE_CONVERSATIONS
+from .probes import PROBE_CONVERSATIONS, PROBE_TEXTS
 from .textdiff import template_diff
 from .tokens import token_namer
 
 SUPPORTED_VERSIONS = (1,)
-RANK = {"same": 0, "info": 1, "warning": 2, "error": 3}
+RANK = effects.RANK
 SAMPLE = 10
 PER_PART = 3
 MAX_ROWS = 50
@@ -58,6 +63,30 @@ class _Sides:
 
     def values(self, name: str) -> tuple:
         return self.ca[name].get("value"), self.cb[name].get("value")
+
+    def same(self, name: str) -> bool:
+        """Both sides report `name` with one digest (absent on both counts as the same)."""
+        return (self.ca.get(name) or {}).get("digest") == (self.cb.get(name) or {}).get("digest")
+
+    @property
+    def measured(self) -> effects.Measured:
+        return effects.Measured(behavior_same=self.behavior_same, encode_same=self.same("encode_flags"))
+
+    @cached_property
+    def new_pad(self) -> Any:
+        """(side, [text, id]) when the sides differ by one side's pad token added as a new token, and
+        the behaviour probes differ only on texts that contain that token's text literally; else None."""
+        if "vocab" not in self.ca or "vocab" not in self.cb or self.same("vocab"):
+            return None
+        ma, mb = (_by_id(v) for v in self.values("vocab"))
+        pads = tuple(((c.get("special_tokens") or {}).get("value") or {}).get("pad") for c in (self.ca, self.cb))
+        found = effects.new_pad_token([i for i in ma if i not in mb], [i for i in mb if i not in ma], *pads)
+        if found is None or not self.behavior.compared:
+            return None
+        text = found[1][0]
+        literal = all(part in behavior_diff.LIST_PARTS and isinstance(key, int) and 0 <= key < len(PROBE_TEXTS)
+                      and text in PROBE_TEXTS[key] for part, key in self.behavior.differing)
+        return found if literal else None
 
 
 def _diff(a: Any, b: Any) -> dict:
@@ -109,8 +138,8 @@ def _compare(name: str, sides: _Sides) -> Any:
 
 
 def _fallback_severity(name: str, sides: _Sides) -> str:
-    if name in ("behavior", "chat_template") or name in FINGERPRINT_ALWAYS_ERROR:
-        return "error"
+    if name in ("behavior", "chat_template") or name in FINGERPRINT_TABLES:
+        return "error"  # a detail that cannot be computed must not hide a real difference
     if name in FINGERPRINT_STRUCTURE:
         return "warning" if sides.behavior_same else "error"
     if name == "runtime":
@@ -203,7 +232,12 @@ def _behavior(name: str, sides: _Sides) -> tuple:
     counts = ", ".join(f"{part} ({len(by_part[part])})" for part in parts)
     detail = {"parts": parts, "differing": len(cmp.differing), "compared": cmp.compared, "sample": sample[:SAMPLE],
               "differing_probes": {p: [behavior_diff.probe_label(p, k) for k in by_part[p]] for p in parts}}
-    return "error", f"{len(cmp.differing)} of {cmp.compared} behavior probes differ: {counts}", detail
+    summary = f"{len(cmp.differing)} of {cmp.compared} behavior probes differ: {counts}"
+    if sides.new_pad:
+        side, (text, _) = sides.new_pad
+        return "info", (f"{summary}, each a text containing {text!r} literally: only {side} has that token "
+                        "(its new pad token, see vocab)"), detail
+    return "error", summary, detail
 
 
 def _structure(name: str, sides: _Sides) -> tuple:
@@ -219,16 +253,20 @@ def _generic(name: str, sides: _Sides) -> tuple:
 
 
 def _plain(fn: Any) -> Any:
-    """Adapt a (name, va, vb) -> (summary, detail) builder of an always-error table."""
+    """Adapt a (name, va, vb) -> (summary, detail) builder of a table that is an error when it differs."""
     return lambda name, sides: ("error", *fn(name, *sides.values(name)))
 
 
-def _vocab(name: str, va: Any, vb: Any) -> tuple[str, dict]:
+def _vocab(name: str, sides: _Sides) -> tuple:
+    va, vb = sides.values(name)
     ma, mb = _by_id(va), _by_id(vb)
     differing = [i for i in sorted(set(ma) | set(mb)) if ma.get(i) != mb.get(i)]
     sample = [{"id": i, "a": ma.get(i), "b": mb.get(i)} for i in differing[:SAMPLE]]
-    return (f"vocab differs: {len(differing)} of {max(len(ma), len(mb))} ids ({len(ma)} vs {len(mb)} entries)",
-            {"a_size": len(ma), "b_size": len(mb), "differing": len(differing), "sample": sample})
+    detail = {"a_size": len(ma), "b_size": len(mb), "differing": len(differing), "sample": sample}
+    if sides.new_pad:
+        return "info", effects.new_pad_summary(f"vocab differs ({len(ma)} vs {len(mb)} entries)", sides.new_pad), detail
+    return ("error", f"vocab differs: {len(differing)} of {max(len(ma), len(mb))} ids ({len(ma)} vs {len(mb)} entries)",
+            detail)
 
 
 def _by_id(rows: Any) -> dict:
@@ -244,26 +282,32 @@ def _merges(name: str, va: Any, vb: Any) -> tuple[str, dict]:
             {"a_size": len(la), "b_size": len(lb), "differing": len(differing), "sample": sample})
 
 
-def _added_tokens(name: str, va: Any, vb: Any) -> tuple[str, dict]:
+def _added_tokens(name: str, sides: _Sides) -> tuple:
+    va, vb = sides.values(name)
     ma = {r["id"]: r for r in va or []}
     mb = {r["id"]: r for r in vb or []}
     rows = [{"token": (ma.get(i) or mb.get(i))["content"], "id": i, "a": ma.get(i), "b": mb.get(i)}
             for i in sorted(set(ma) | set(mb)) if ma.get(i) != mb.get(i)]
+    detail = {"differing": len(rows), "rows": rows[:MAX_ROWS]}
+    if sides.new_pad:
+        return "info", effects.new_pad_summary("added tokens differ", sides.new_pad), detail
     names = ", ".join(repr(r["token"]) for r in rows[:5])
-    return f"{len(rows)} added token(s) differ: {names}", {"differing": len(rows), "rows": rows[:MAX_ROWS]}
+    return "error", f"{len(rows)} added token(s) differ: {names}", detail
 
 
-def _special_tokens(name: str, va: Any, vb: Any) -> tuple[str, dict]:
+def _fields(judge: Any, detail: Any = None) -> Any:
+    """Adapt an effects.py judge (severity, summary, rows) of a component made of named fields."""
+    def compare(name: str, sides: _Sides) -> tuple:
+        va, vb = sides.values(name)
+        severity, summary, rows = judge(va, vb, sides)
+        return severity, summary, {**(detail(va, vb) if detail else {}), "rows": rows}
+    return compare
+
+
+def _generation_eos_values(va: Any, vb: Any) -> dict:
     va, vb = va or {}, vb or {}
-    rows = [{"token": k, "a": va.get(k), "b": vb.get(k)} for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
-    return "special tokens differ: " + ", ".join(r["token"] for r in rows), {"rows": rows}
-
-
-def _generation_eos(name: str, va: Any, vb: Any) -> tuple[str, dict]:
-    va, vb = va or {}, vb or {}
-    detail = {"a": va.get("eos"), "b": vb.get("eos"),
-              "pad": [va.get("pad"), vb.get("pad")], "bos": [va.get("bos"), vb.get("bos")]}
-    return f"generation_config eos ids differ: {va.get('eos')} vs {vb.get('eos')}", detail
+    return {"a": va.get("eos"), "b": vb.get("eos"), "pad": [va.get("pad"), vb.get("pad")],
+            "bos": [va.get("bos"), vb.get("bos")]}
 
 
 def _generic_detail(name: str, va: Any, vb: Any) -> tuple[str, dict]:
@@ -281,7 +325,13 @@ def _clip(value: Any) -> Any:
 
 TOOL_PROBES = {conv.name: bool(conv.tools) for conv in PROBE_CONVERSATIONS}
 PART_ORDER = ("chat", "encode", "encode_no_special", "decode")
-DETAILS = {"chat_template": _chat_template, "behavior": _behavior, "vocab": _plain(_vocab), "merges": _plain(_merges),
-           "added_tokens": _plain(_added_tokens), "special_tokens": _plain(_special_tokens),
-           "generation_eos": _plain(_generation_eos), **{name: _structure for name in FINGERPRINT_STRUCTURE},
+DETAILS = {"chat_template": _chat_template, "behavior": _behavior, "vocab": _vocab, "merges": _plain(_merges),
+           "added_tokens": _added_tokens,
+           "special_tokens": _fields(lambda va, vb, sides: effects.special_tokens(va, vb, sides.measured)),
+           "encode_flags": _fields(lambda va, vb, sides: effects.encode_flags(va, vb, sides.measured)),
+           "generation_eos": _fields(lambda va, vb, sides: effects.generation_eos(va, vb), _generation_eos_values),
+           "runtime": _fields(lambda va, vb, sides: effects.runtime(va, vb)),
+           "sampling_defaults": _fields(lambda va, vb, sides: effects.sampling_defaults(
+               va, vb, SAMPLING_PARAMS_COMPONENT in sides.ca and SAMPLING_PARAMS_COMPONENT in sides.cb)),
+           **{name: _structure for name in FINGERPRINT_STRUCTURE},
            SAMPLING_PARAMS_COMPONENT: lambda name, sides: sampling.compare(*sides.values(name))}

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract import LOGPROBS_MODES, SAMPLING_PARAM_KEYS
+from .effects import summarise
 
 MASK_KEYS = ("top_p", "top_k", "min_p")
 PENALTY_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty")
@@ -128,14 +129,8 @@ def compare(va: Any, vb: Any) -> tuple[str, str, dict]:
     rows = [row for row in (_row(key, va, vb) for key in (*SAMPLING_PARAM_KEYS, "logprobs_mode")) if row]
     if not rows:  # digests differ on keys this version does not know
         return "info", "sampling_params differ only in keys this version does not compare", {"rows": [], "a": va, "b": vb}
-    rank = {"info": 1, "warning": 2, "error": 3}
-    rows.sort(key=lambda r: -rank[r["severity"]])
-    worst = rows[0]
-    summary = f"{worst['key']} differs ({_show(worst['a'])} vs {_show(worst['b'])}): {worst['why']}"
-    others = [f"{r['key']} {_show(r['a'])} vs {_show(r['b'])}" for r in rows[1:]]
-    if others:
-        summary += "; also " + ", ".join(others)
-    return worst["severity"], summary, {"rows": rows, "a": va, "b": vb}
+    severity, summary = summarise(rows, str, _show)
+    return severity, summary, {"rows": rows, "a": va, "b": vb}
 
 
 def _row(key: str, va: dict, vb: dict) -> dict | None:

@@ -41,7 +41,8 @@ class ParityRolloutLoop(_AsyncRolloutLoop):
             return
         try:
             self.parity_monitor.register_processor(
-                self.effective_processor(), generation_config=self.effective_generation_config()
+                self.effective_processor(), generation_config=self.effective_generation_config(),
+                chat_template_kwargs=self.chat_template_kwargs,  # every prompt is rendered with them
             )
         except Exception:  # never take the rollout worker down
             logger.exception("Paritywatch: could not register the rollout worker's processor")

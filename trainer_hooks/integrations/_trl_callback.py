@@ -28,8 +28,9 @@ class ParityCallback(TrainerCallback):
     go to ``trainer_hooks.monitor.ParityMonitor(side="trainer", ...)``, checked here and
     instantiated at train begin on world process zero only (other ranks open no connection).
 
-    * on_train_begin: registers ``processing_class`` (``tokenizer`` on older transformers) and the
-      model's ``generation_config``; for trainers with a sampling ``temperature`` (GRPOConfig...),
+    * on_train_begin: registers ``processing_class`` (``tokenizer`` on older transformers), the
+      model's ``generation_config`` and the ``chat_template_kwargs`` the trainer renders prompts
+      with (``args.chat_template_kwargs``, e.g. ``{"enable_thinking": False}``); for trainers with a sampling ``temperature`` (GRPOConfig...),
       reports what the log-prob recompute assumes (``trl_logprob_assumption``).
     * on_step_begin: blocks while the run is paused; a stop becomes ``should_save`` +
       ``should_training_stop`` (checked again at step end, so a stop saves the step just done).
@@ -75,7 +76,8 @@ class ParityCallback(TrainerCallback):
         model = kwargs.get("model")
         generation_config = getattr(getattr(model, "module", model), "generation_config", None)
         try:
-            self._monitor.register_processor(processor, generation_config=generation_config)
+            self._monitor.register_processor(processor, generation_config=generation_config,
+                                             chat_template_kwargs=getattr(args, "chat_template_kwargs", None))
         except Exception:  # monitoring must never take the training run down with it
             logger.exception("Paritywatch: could not register the trainer's processor")
         self._report_logprob_assumption(args)

@@ -51,7 +51,9 @@ def test_changed_eos_token(tmp_path, load, fp):
     assert result["verdict"] == "error"
     assert "special_tokens" in names(result, "error")
     row = next(c for c in result["components"] if c["name"] == "special_tokens")
-    assert row["detail"]["rows"] == [{"token": "eos", "a": ["<|im_end|>", 2], "b": ["<|endoftext|>", 0]}]
+    [eos] = row["detail"]["rows"]
+    assert (eos["key"], eos["a"], eos["b"], eos["severity"]) == ("eos", ["<|im_end|>", 2], ["<|endoftext|>", 0], "error")
+    assert row["summary"].startswith("eos token differs ('<|im_end|>' (id 2) vs '<|endoftext|>' (id 0)): ")
 
 
 def test_different_generation_config_eos_ids(tmp_path, load, fp):
@@ -97,7 +99,8 @@ def test_post_processor_that_adds_bos(tmp_path, load, fp):
     assert result["verdict"] == "error"
     assert {"post_processor", "encode_flags"} <= names(result, "error")
     flags = next(c for c in result["components"] if c["name"] == "encode_flags")
-    assert {"key": "prefix", "a": [], "b": [0]} in flags["detail"]["rows"]
+    by_key = {r["key"]: (r["a"], r["b"], r["severity"]) for r in flags["detail"]["rows"]}
+    assert by_key["prefix"] == ([], [0], "error")  # a bos added on one side: every encoded prompt differs
 
 
 def test_one_vocab_entry_changed(tmp_path, load, fp):
