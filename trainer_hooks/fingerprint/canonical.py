@@ -35,3 +35,19 @@ def digest(value: Any) -> str:
 def to_plain(value: Any) -> Any:
     """Round-trip through canonical JSON so the stored value is exactly what was hashed."""
     return json.loads(canonical_json(value))
+
+
+NUL_STANDIN = "\u2400"  # ␀, SYMBOL FOR NULL
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every NUL character written ␀ (U+2400): PostgreSQL cannot store NUL in text,
+    so the backend refuses it, and tekken's byte-0 token is one. Values without NUL are unchanged,
+    and so is every digest of a fingerprint that could be stored before."""
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_STANDIN)
+    if isinstance(value, (list, tuple)):
+        return [storable(v) for v in value]
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import cache, components
-from .canonical import canonical_json, digest, sha256_hex
+from .canonical import canonical_json, digest, sha256_hex, storable
 
 FINGERPRINT_VERSION = 1
 
@@ -31,6 +31,7 @@ def _compute(proc: Any, generation_config: Any, model_dir: Any, kwargs: dict) ->
     kind, obj = components.unwrap(proc)
     values = _component_values(kind, obj, kwargs)
     values.update(components.generation_components(generation_config, model_dir))
+    values = {name: storable(value) for name, value in values.items()}
     env = components.environment(obj, kind)
     if kwargs:
         env["chat_template_kwargs"] = kwargs

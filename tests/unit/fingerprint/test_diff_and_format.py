@@ -106,3 +106,15 @@ def test_diff_survives_json_round_trip_and_is_json(tmp_path, load, fp):
     result = diff_fingerprints(json.loads(json.dumps(a)), json.loads(json.dumps(b)))
     assert json.loads(json.dumps(result)) == result
     assert result == diff_fingerprints(a, b)
+
+
+def test_tekken_byte_zero_token_is_stored_as_a_symbol_the_backend_accepts(fp):
+    """Tekken's token 1000 is the byte 0: a NUL the backend refuses (PostgreSQL cannot store it)."""
+    from paritywatch.backend.middleware import json_body_problem
+
+    tekken = builders.load_tekken()
+    assert tekken.instruct_tokenizer.tokenizer.vocab()[1000] == "\x00"
+    fingerprint = fp(tekken)
+    assert dict(fingerprint["components"]["vocab"]["value"])[1000] == "\u2400"
+    assert json_body_problem(json.dumps(fingerprint).encode()) is None
+    assert json_body_problem(json.dumps({"token": "\x00"}).encode()) is not None  # what it used to send
