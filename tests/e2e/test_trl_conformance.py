@@ -31,7 +31,7 @@ import pytest
 from paritywatch.backend import migrate
 from paritywatch.backend.settings import Settings
 from tests.fixtures import tokenizers as builders
-from tests.support.live import ThreadServer, first_within, wait_for
+from tests.support.live import ThreadServer, detect_jobs_done, first_within, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -220,21 +220,6 @@ def run_state(api, run_id: int) -> str:  # noqa: ANN001
     return api.get(f"/api/v1/runs/{run_id}/control").json()["state"]
 
 
-def fingerprints_evaluated(url: str, run_id: int) -> bool:
-    """No fingerprint detection job of the run is left: every registration has been judged."""
-    from sqlalchemy import create_engine, func, select
-
-    from paritywatch.backend.models import DetectJob
-
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return conn.scalar(select(func.count()).select_from(DetectJob).where(
-                DetectJob.run_id == run_id, DetectJob.kind == "fingerprint")) == 0
-    finally:
-        engine.dispose()
-
-
 def verdict_of(api, run_id: int) -> dict:  # noqa: ANN001
     (group,) = api.get(f"/api/v1/runs/{run_id}/parity").json()["groups"]
     return group
@@ -286,7 +271,7 @@ def test_healthy_convention_trains_quietly_and_finishes(backend, cell, tmp_path)
     finally:
         rollout.close()
         training.stop(api, run)
-    wait_for(lambda: fingerprints_evaluated(url, run["id"]), timeout_s=60, what="the fingerprints judged")
+    wait_for(lambda: detect_jobs_done(url, run["id"]), timeout_s=60, what="the fingerprints judged")
     state = wait_for(lambda: run_state(api, run["id"]) == "finished" and "finished", timeout_s=60,
                      what="the run finished")
     group = verdict_of(api, run["id"])

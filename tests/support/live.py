@@ -293,3 +293,19 @@ def first_within(predicate, window_s: float, interval_s: float = 0.05):  # noqa:
             return value
         time.sleep(interval_s)
     return None
+
+
+def detect_jobs_done(db_url: str, run_id: int, kind: str = "fingerprint") -> bool:
+    """No detection job of `kind` is left for the run: everything it received has been judged
+    (a test that asserts no alert fired waits for this first)."""
+    from sqlalchemy import create_engine, func, select
+
+    from paritywatch.backend.models import DetectJob
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return conn.scalar(select(func.count()).select_from(DetectJob).where(
+                DetectJob.run_id == run_id, DetectJob.kind == kind)) == 0
+    finally:
+        engine.dispose()

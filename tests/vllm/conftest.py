@@ -33,7 +33,7 @@ if HAVE_VLLM:
 import httpx
 import pytest
 
-from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, build_chatml_tokenizer
+from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, DEFAULT_CHATML_TEMPLATE, build_chatml_tokenizer
 from tests.support.live import free_port
 
 
@@ -52,12 +52,12 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.vllm)
 
 
-def build_tiny_qwen2(out_dir: Path) -> Path:
+def build_tiny_qwen2(out_dir: Path, chat_template: str = DEFAULT_CHATML_TEMPLATE, name: str = "tiny-qwen2") -> Path:
     """Random-weight Qwen2 saved with save_pretrained next to the ChatML tokenizer."""
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    path = build_chatml_tokenizer(out_dir, name="tiny-qwen2")
+    path = build_chatml_tokenizer(out_dir, chat_template=chat_template, name=name)
     tok = AutoTokenizer.from_pretrained(path)
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     pad = tok.convert_tokens_to_ids("<|endoftext|>")

@@ -127,10 +127,24 @@ def compare(va: Any, vb: Any) -> tuple[str, str, dict]:
     temperature or log-prob mode differing: error; masks and penalties: warning."""
     va, vb = dict(va or {}), dict(vb or {})
     rows = [row for row in (_row(key, va, vb) for key in (*SAMPLING_PARAM_KEYS, "logprobs_mode")) if row]
-    if not rows:  # digests differ on keys this version does not know
-        return "info", "sampling_params differ only in keys this version does not compare", {"rows": [], "a": va, "b": vb}
+    if not rows:
+        return "info", _not_compared(va, vb), {"rows": [], "a": va, "b": vb}
     severity, summary = summarise(rows, str, _show)
     return severity, summary, {"rows": rows, "a": va, "b": vb}
+
+
+def _not_compared(va: dict, vb: dict) -> str:
+    """Why values that hash differently raised no row: a log-prob mode one side does not know
+    (vLLM's server does not say its --logprobs-mode), or keys this version does not know."""
+    a, b = va.get("logprobs_mode"), vb.get("logprobs_mode")
+    if a != b and (a is None or b is None):
+        return (f"logprobs_mode is known on one side only ({_show_mode(a)} vs {_show_mode(b)}): not comparable; "
+                "every value compared is the same")
+    return "sampling_params differ only in keys this version does not compare"
+
+
+def _show_mode(mode: Any) -> str:
+    return "not known" if mode is None else mode
 
 
 def _row(key: str, va: dict, vb: dict) -> dict | None:

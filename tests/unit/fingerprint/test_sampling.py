@@ -91,6 +91,7 @@ def test_an_unknown_log_prob_mode_is_not_compared():
     same = diff_fingerprints(fp(sampling_value(temperature=0.6, logprobs_mode="processed")),
                              fp(sampling_value(temperature=0.6)))
     assert same["verdict"] == "info" and row(same)["detail"]["rows"] == []
+    assert row(same)["summary"].startswith("logprobs_mode is known on one side only (processed vs not known)")
 
 
 def test_a_side_that_has_not_reported_yet_is_not_comparable():
