@@ -79,6 +79,8 @@ class _Sides:
         if "vocab" not in self.ca or "vocab" not in self.cb or self.same("vocab"):
             return None
         ma, mb = (_by_id(v) for v in self.values("vocab"))
+        if any(ma[i] != mb[i] for i in ma.keys() & mb.keys()):
+            return None  # an entry both sides have differs: a real vocab difference
         pads = tuple(((c.get("special_tokens") or {}).get("value") or {}).get("pad") for c in (self.ca, self.cb))
         found = effects.new_pad_token([i for i in ma if i not in mb], [i for i in mb if i not in ma], *pads)
         if found is None or not self.behavior.compared:
@@ -289,7 +291,7 @@ def _added_tokens(name: str, sides: _Sides) -> tuple:
     rows = [{"token": (ma.get(i) or mb.get(i))["content"], "id": i, "a": ma.get(i), "b": mb.get(i)}
             for i in sorted(set(ma) | set(mb)) if ma.get(i) != mb.get(i)]
     detail = {"differing": len(rows), "rows": rows[:MAX_ROWS]}
-    if sides.new_pad:
+    if sides.new_pad and [r["id"] for r in rows] == [sides.new_pad[1][1]]:
         return "info", effects.new_pad_summary("added tokens differ", sides.new_pad), detail
     names = ", ".join(repr(r["token"]) for r in rows[:5])
     return "error", f"{len(rows)} added token(s) differ: {names}", detail

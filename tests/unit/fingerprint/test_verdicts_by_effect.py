@@ -82,6 +82,16 @@ def test_a_new_token_that_is_not_the_pad_token_stays_an_error(padless, load, fp)
     assert _row(result, "special_tokens")["severity"] == "info"  # the pad part of it is still harmless
 
 
+def test_a_new_pad_token_beside_a_changed_vocab_entry_stays_an_error(tmp_path, load, fp):
+    base = builders.build_chatml_tokenizer(tmp_path, name="base", pad_token=None)
+    edited = builders.build_chatml_tokenizer(tmp_path, name="edited", pad_token=None, vocab_edit=("\u0120lazy", "\u0120l4zy"))
+    trainer = load(edited)
+    trainer.add_special_tokens({"pad_token": "[PAD]"})
+    result = diff_fingerprints(fp(trainer), fp(load(base)))  # no probe holds "lazy": only the tables show it
+    assert "vocab" in names(result, "error")
+    assert _row(result, "vocab")["summary"].startswith("vocab differs: 2 of ")
+
+
 def test_a_new_pad_token_whose_text_a_chat_probe_renders_stays_an_error(padless, load, fp):
     """The template renders the new token's text: prompts really encode differently."""
     trainer = load(padless)
