@@ -73,6 +73,9 @@ class StreamHub:
         self._last_auth_check = 0.0
         self.polls = 0  # for /metrics and tests: how often the shared poll ran
 
+    def _snapshots(self, run_ids) -> dict[int, dict]:  # noqa: ANN001
+        return run_snapshots(self.db, run_ids, self.settings.heartbeat_timeout_s)
+
     def open_count(self, owner: str) -> int:
         return sum(1 for s in self._subs if s.owner == owner)
 
@@ -80,7 +83,7 @@ class StreamHub:
         owner = who.token_hash or "open-mode"
         if self.open_count(owner) >= self.settings.max_streams_per_token:
             raise TooManyStreams(f"at most {self.settings.max_streams_per_token} open streams per token")
-        snapshot = (await asyncio.to_thread(run_snapshots, self.db, [run_id])).get(run_id)
+        snapshot = (await asyncio.to_thread(self._snapshots, [run_id])).get(run_id)
         if snapshot is None:
             raise NotFound(f"run {run_id} does not exist")
         sub = Subscription(run_id, owner, who.token_hash, snapshot, self.settings.stream_max_age_s)
@@ -124,7 +127,7 @@ class StreamHub:
                 by_run[sub.run_id].append(sub)
         if not by_run:
             return
-        snapshots = await asyncio.to_thread(run_snapshots, self.db, set(by_run))
+        snapshots = await asyncio.to_thread(self._snapshots, set(by_run))
         self.polls += 1
         for run_id, watchers in by_run.items():
             snap = snapshots.get(run_id)

@@ -60,7 +60,11 @@ class Base(DeclarativeBase):
 RUN_STATES = ("running", "paused", "stopping", "stopped", "finished", "crashed")
 LIVE_RUN_STATES = ("running", "paused", "stopping")  # the heartbeat sweep looks at these only
 ENDED_RUN_STATES = ("stopped", "finished")  # a clean end: its open alerts resolve
-COMPONENT_STATUSES = ("live", "closed", "lost")
+COMPONENT_STATUSES = ("live", "closed", "lost")  # stored
+# What readers are shown: the stored status, or `ended` (never stored): a live process of an ended
+# run silent for the heartbeat timeout (backend/detect/workers.py, process_state).
+ENDED_PROCESS = "ended"
+PROCESS_STATES = (*COMPONENT_STATUSES, ENDED_PROCESS)
 ALERT_KINDS = ("processor_mismatch", "metric_threshold", "metric_trend", "heartbeat_lost",
                "weights_mismatch", "weights_stale", "weights_backwards", "sample_audit")
 

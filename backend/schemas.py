@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from paritywatch.backend.models import ALERT_KINDS, COMPONENT_STATUSES, RUN_STATES
+from paritywatch.backend.models import ALERT_KINDS, PROCESS_STATES, RUN_STATES
 from trainer_hooks import contract
 from trainer_hooks.contract import (MAX_CLIENT_ID_LENGTH, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_POINTS_PER_BATCH,
                                     MAX_POLICY_VERSION, MAX_RATE_PER_S, MAX_SEQ, MAX_STEP, PACK_NAMES, SEVERITIES, SIDES, WEBHOOK_EVENT_TYPES)
@@ -56,7 +56,8 @@ class ComponentOut(BaseModel):
     started_at: datetime
     last_heartbeat: datetime
     fingerprint_digest: str | None
-    status: Literal[COMPONENT_STATUSES] = "live"
+    status: Literal[PROCESS_STATES] = Field(
+        default="live", description="`ended`: a live process of an ended run, silent for the heartbeat timeout (never stored)")
     closed_at: datetime | None = None
     lost_at: datetime | None = None
     close_reason: str | None = None
@@ -230,7 +231,7 @@ class WorkerOut(BaseModel):
     worker_id: str
     host: str
     pid: int
-    state: Literal[COMPONENT_STATUSES]
+    state: Literal[PROCESS_STATES] = Field(description="as a Component's `status`")
     started_at: datetime
     last_heartbeat: datetime
     policy_version: int | None = Field(description="from its last heartbeat that carried one")

@@ -12,7 +12,10 @@ One column (`runs.control_state`) holds one of:
 
 Processes (components) are `live`, `closed` (they said so: POST .../close) or `lost` (silent for
 the heartbeat timeout while the run was live). Only a lost process of a running or paused run
-raises `heartbeat_lost`; it resolves when the process heartbeats, registers or closes. A run that
+raises `heartbeat_lost`; it resolves when the process heartbeats, registers or closes. The sweep
+reads live runs only: a live process of an ended run that falls silent (its orchestrator shut it
+down without close()) stays `live` in storage and is shown `ended` (detect/workers.py,
+process_state); if a trainer resumes the run, such processes become `lost` without an alert. A run that
 ends cleanly (stopped, finished) resolves its open alerts: nothing is left to act on, and the
 receivers that were told an alert fired are told it resolved. Every state change is audited
 (`control_events`) and, except a clean finish, sent as a `run.control` event. A run that ends
@@ -36,6 +39,7 @@ from paritywatch.backend.models import ENDED_RUN_STATES, Component, Run, utcnow
 from paritywatch.backend.store import control as control_store
 from paritywatch.backend.store.alerts import heartbeat_key
 from paritywatch.backend.store import runs as run_store
+from paritywatch.backend.store.workers import silent_cutoff
 from paritywatch.backend.webhooks.outbox import enqueue_event, run_ref
 
 ACTOR = "paritywatch"
@@ -128,8 +132,11 @@ def acknowledge_stop(effects: Effects, db: Database, run_id: int, component_id: 
 
 # ------------------------------------------------------------------ process lifecycle
 
-def register(effects: Effects, db: Database, run_id: int, side: str, worker_id: str, host: str, pid: int) -> Component:
-    """Upsert the process (live again if it was closed or lost) and wake its run if it needs it."""
+def register(effects: Effects, db: Database, run_id: int, side: str, worker_id: str, host: str, pid: int,
+             heartbeat_timeout_s: float | None = None) -> Component:
+    """Upsert the process (live again if it was closed or lost) and wake its run if it needs it.
+    A trainer resuming a finished run: the processes the run left silent (shown `ended`, silent
+    for `heartbeat_timeout_s`) become lost quietly, so that the sweep does not page about them."""
     for _ in range(2):  # a concurrent registration of the same worker can win the insert
         try:
             with effects.write(db) as s:
@@ -140,6 +147,9 @@ def register(effects: Effects, db: Database, run_id: int, side: str, worker_id: 
                 if run.control_state == "crashed":
                     _recover(s, run, comp)
                 elif run.control_state == "finished" and side == "trainer":
+                    if heartbeat_timeout_s is not None:
+                        now = utcnow()
+                        run_store.mark_silent_lost(s, run_id, silent_cutoff(now, heartbeat_timeout_s), now)
                     change_state(s, run, "running", who(comp), "a trainer registered after the run finished")
                 return comp
         except IntegrityError:

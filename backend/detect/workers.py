@@ -1,12 +1,14 @@
-"""The workers view, pure: fingerprint group labels, lag behind the trainer, which open alerts
-concern which process, and which workers' series stand out from the others. No I/O: the route
-reads the rows (backend/store/workers.py) and hands them here."""
+"""The workers view, pure: the state a process is shown in, fingerprint group labels, lag behind
+the trainer, which open alerts concern which process, and which workers' series stand out from
+the others. No I/O: the route reads the rows (backend/store/workers.py) and hands them here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
+from paritywatch.backend.models import ENDED_PROCESS, ENDED_RUN_STATES
 from paritywatch.backend.store.alerts import heartbeat_key
 from paritywatch.backend.detect.parity import mismatch_digest
 from paritywatch.backend.detect.trend import mad_sigma
@@ -15,6 +17,18 @@ from paritywatch.backend.store.metric_packing import group_starts
 # A worker this many versions or more behind the trainer is flagged `lagging`. Async GRPO runs
 # one or two versions off-policy by design; more than that is a stuck weight sync.
 LAGGING_VERSIONS = 3
+
+
+def process_state(status: str, last_heartbeat: datetime, run_state: str, cutoff: datetime) -> str:
+    """The state a reader is shown: the stored one (live, closed, lost), except that a live process
+    of a run that ended (stopped, finished) silent since `cutoff` is `ended`. Its orchestrator shut
+    it down without close() (a finished run's rollout workers often get a SIGTERM); the heartbeat
+    sweep reads live runs only, so that its cost does not grow with history, and never marks it.
+    It is not live, and not lost either: a clean end pages nobody and is nothing to look into.
+    `cutoff`: store/workers.py silent_cutoff (the SQL of the same rule is there too)."""
+    if status == "live" and run_state in ENDED_RUN_STATES and last_heartbeat < cutoff:
+        return ENDED_PROCESS
+    return status
 
 
 def group_labels(digests: list[str], trainer_digest: str | None) -> dict[str, str]:

@@ -198,6 +198,18 @@ def mark_lost(s: Session, component_id: int, cutoff: datetime, now: datetime) ->
     return result.rowcount == 1
 
 
+def mark_silent_lost(s: Session, run_id: int, cutoff: datetime, now: datetime) -> int:
+    """live -> lost for the run's processes silent since `cutoff`, raising nothing: those a run
+    that ended left behind (shown `ended`) when it comes back to life. How many."""
+    result = s.execute(
+        update(Component)
+        .where(Component.run_id == run_id, Component.status == "live", Component.last_heartbeat < cutoff)
+        .values(status="lost", lost_at=now)
+        .execution_options(synchronize_session="fetch")
+    )
+    return result.rowcount
+
+
 CONTROL_COLUMNS = ("control_state", "control_version", "control_actor", "control_reason", "control_updated_at")
 
 

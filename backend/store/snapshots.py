@@ -6,14 +6,17 @@ from sqlalchemy import func, select
 
 from paritywatch.backend.db import Database
 from paritywatch.backend.errors import NotFound
-from paritywatch.backend.models import Alert, Component, Run, Silence, utcnow
+from paritywatch.backend.models import ENDED_RUN_STATES, Alert, Component, Run, Silence, utcnow
 from paritywatch.backend.store.control import control_of
+from paritywatch.backend.store.workers import silent_cutoff
 
 
-def run_snapshots(db: Database, run_ids: set[int] | list[int]) -> dict[int, dict]:
+def run_snapshots(db: Database, run_ids: set[int] | list[int], heartbeat_timeout_s: float | None = None) -> dict[int, dict]:
     """run id -> {last_step, control, firing_alerts, alerts_version, components_version,
     silences_version}; runs that do not exist are absent. `silences_version` moves when a silence
-    starts or ends (also by running out): which alerts are `silenced` may have changed."""
+    starts or ends (also by running out): which alerts are `silenced` may have changed.
+    `components_version` also moves when a process of an ended run falls silent for
+    `heartbeat_timeout_s` (it is then shown `ended`: nothing is written)."""
     ids = sorted(set(run_ids))
     if not ids:
         return {}
@@ -34,6 +37,12 @@ def run_snapshots(db: Database, run_ids: set[int] | list[int]) -> dict[int, dict
                    func.count(Component.closed_at), func.count(Component.lost_at))
             .where(Component.run_id.in_(ids)).group_by(Component.run_id))}
         now = utcnow()
+        ended = [rid for rid, run in runs.items() if run.control_state in ENDED_RUN_STATES]
+        silent = dict(s.execute(
+            select(Component.run_id, func.count())
+            .where(Component.run_id.in_(ended), Component.status == "live",
+                   Component.last_heartbeat < silent_cutoff(now, heartbeat_timeout_s))
+            .group_by(Component.run_id)).all()) if ended and heartbeat_timeout_s is not None else {}
         active, newest = s.execute(select(func.count(), func.max(Silence.id))
                                    .where(Silence.ends_at > now, Silence.starts_at <= now)).one()
     out = {}
@@ -47,7 +56,7 @@ def run_snapshots(db: Database, run_ids: set[int] | list[int]) -> dict[int, dict
             "control": control,
             "firing_alerts": firing[rid],
             "alerts_version": f"{n_alerts}:{last_alert}",
-            "components_version": ":".join(str(c) for c in comp_counts),
+            "components_version": ":".join(str(c) for c in (*comp_counts, silent.get(rid, 0))),
             "silences_version": f"{active}:{newest}",
         }
     return out

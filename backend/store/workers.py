@@ -4,14 +4,15 @@ them (a chunk belongs to one batch, `ingest_batches.component_id` names its send
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import numpy as np
-from sqlalchemy import func, or_, select, text
+from sqlalchemy import case, false, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from paritywatch.backend.db import Database
 from paritywatch.backend.errors import NotFound
-from paritywatch.backend.models import Alert, Component, MetricKey
+from paritywatch.backend.models import ENDED_PROCESS, ENDED_RUN_STATES, Alert, Component, MetricKey
 from paritywatch.backend.store.metric_packing import decode_range
 from paritywatch.backend.store.metric_reads import RawBudget
 from paritywatch.backend.store.metric_reads import metric_key as find_metric_key
@@ -24,7 +25,7 @@ MISSING_FINGERPRINT = "missing"  # the `fingerprint` filter for processes that s
 
 @dataclass(frozen=True)
 class WorkerFilter:
-    state: str | None = None  # live | closed | lost
+    state: str | None = None  # live | closed | lost | ended (detect/workers.py, process_state)
     side: str | None = None  # trainer | rollout
     fingerprint: str | None = None  # a digest, or MISSING_FINGERPRINT
     text: str | None = None  # a substring of the worker id or the host
@@ -34,10 +35,11 @@ class WorkerFilter:
 class RunWorkers:
     """What every row needs from the whole run, whatever page is read."""
 
+    run_state: str
     trainer_policy_version: int | None
     trainer_digest: str | None
     digests: list[tuple[str, str, int]]  # (digest, side of its first process, processes), by first process
-    counts: dict[str, int]  # processes by state, and "total"
+    counts: dict[str, int]  # processes by the state they are shown in, and "total"
     open_alerts: list[Alert]
 
 
@@ -45,10 +47,32 @@ def _like_escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _filtered(run_id: int, f: WorkerFilter):  # noqa: ANN202
+def silent_cutoff(now: datetime, heartbeat_timeout_s: float) -> datetime:
+    """A process whose last heartbeat is older than this has been silent for the heartbeat timeout."""
+    return now - timedelta(seconds=heartbeat_timeout_s)
+
+
+def _silent_since(run_state: str, cutoff: datetime) -> datetime | None:
+    """The cutoff where the run's silent live processes are shown `ended` (an ended run;
+    detect/workers.py, process_state), else None: in a live run the sweep is about to lose them."""
+    return cutoff if run_state in ENDED_RUN_STATES else None
+
+
+def _state_is(state: str, silent_since: datetime | None):  # noqa: ANN202
+    """The SQL of "shown in `state`" (see _silent_since)."""
+    if silent_since is None:
+        return false() if state == ENDED_PROCESS else Component.status == state
+    if state == ENDED_PROCESS:
+        return (Component.status == "live") & (Component.last_heartbeat < silent_since)
+    if state == "live":
+        return (Component.status == "live") & (Component.last_heartbeat >= silent_since)
+    return Component.status == state
+
+
+def _filtered(run_id: int, f: WorkerFilter, silent_since: datetime | None):  # noqa: ANN202
     q = select(Component).where(Component.run_id == run_id)
     if f.state:
-        q = q.where(Component.status == f.state)
+        q = q.where(_state_is(f.state, silent_since))
     if f.side:
         q = q.where(Component.side == f.side)
     if f.fingerprint == MISSING_FINGERPRINT:
@@ -62,17 +86,20 @@ def _filtered(run_id: int, f: WorkerFilter):  # noqa: ANN202
     return q
 
 
-def worker_page(db: Database, run_id: int, f: WorkerFilter, page: PageRequest) -> tuple[list[Component], int | None]:
-    """One page of the run's processes matching `f`, in registration (id) order."""
+def worker_page(db: Database, run_id: int, f: WorkerFilter, page: PageRequest,
+                cutoff: datetime) -> tuple[list[Component], int | None]:
+    """One page of the run's processes matching `f`, in registration (id) order; `cutoff`: a
+    process silent since then has been silent for the heartbeat timeout."""
     with db.read() as s:
-        get_run(s, run_id)
-        rows = s.scalars(keyset(_filtered(run_id, f), Component.id, page, newest_first=False))
+        run = get_run(s, run_id)
+        rows = s.scalars(keyset(_filtered(run_id, f, _silent_since(run.control_state, cutoff)), Component.id, page,
+                                newest_first=False))
         return split_page(rows, page, lambda c: c.id)
 
 
-def run_workers(db: Database, run_id: int) -> RunWorkers:
+def run_workers(db: Database, run_id: int, cutoff: datetime) -> RunWorkers:
     with db.read() as s:
-        get_run(s, run_id)
+        run = get_run(s, run_id)
         trainer = s.execute(
             select(Component.policy_version, Component.fingerprint_digest)
             .where(Component.run_id == run_id, Component.side == "trainer")
@@ -81,14 +108,21 @@ def run_workers(db: Database, run_id: int) -> RunWorkers:
         ).first()
         version = s.scalar(select(func.max(Component.policy_version))
                            .where(Component.run_id == run_id, Component.side == "trainer"))
-        counts = {"live": 0, "closed": 0, "lost": 0}
-        for status, n in s.execute(select(Component.status, func.count()).where(Component.run_id == run_id)
-                                   .group_by(Component.status)):
-            counts[status] = n
-        counts["total"] = sum(counts.values())
-        return RunWorkers(version, trainer[1] if trainer else None, _digests(s, run_id), counts,
+        counts = _counts(s, run_id, _silent_since(run.control_state, cutoff))
+        return RunWorkers(run.control_state, version, trainer[1] if trainer else None, _digests(s, run_id), counts,
                           list(s.scalars(select(Alert).where(Alert.run_id == run_id, Alert.open_key.is_not(None))
                                          .order_by(Alert.id))))
+
+
+def _counts(s: Session, run_id: int, silent_since: datetime | None) -> dict[str, int]:
+    """Processes by the state they are shown in, and "total"."""
+    silent = (Component.status == "live") & (Component.last_heartbeat < silent_since) if silent_since else false()
+    shown = case((silent, ENDED_PROCESS), else_=Component.status)
+    counts = {"live": 0, "closed": 0, "lost": 0, ENDED_PROCESS: 0}
+    for state, n in s.execute(select(shown, func.count()).where(Component.run_id == run_id).group_by(shown)):
+        counts[state] = n
+    counts["total"] = sum(counts.values())
+    return counts
 
 
 def _digests(s: Session, run_id: int) -> list[tuple[str, str, int]]:

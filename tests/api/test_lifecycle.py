@@ -135,6 +135,72 @@ def test_a_trainer_registering_again_resumes_a_finished_run_a_rollout_does_not(a
     assert state(api, run_id) == "running"
 
 
+def silence(app, component_id: int, seconds: float = TIMEOUT_S + 5) -> None:  # noqa: ANN001
+    """The process's last heartbeat was `seconds` ago (as if it had been killed then)."""
+    from paritywatch.backend.models import Component
+
+    with app.state.db.write() as s:
+        s.get(Component, component_id).last_heartbeat = utcnow() - timedelta(seconds=seconds)
+
+
+def shown_states(api, run_id: int) -> dict:  # noqa: ANN001
+    """What the run page's header, the runs list and the workers view read of each process."""
+    run = {c["worker_id"]: c["status"] for c in api.get(f"/api/v1/runs/{run_id}").json()["components"]}
+    listed = next(r for r in api.get("/api/v1/runs").json()["runs"] if r["id"] == run_id)
+    workers = api.get(f"/api/v1/runs/{run_id}/workers").json()
+    assert {c["worker_id"]: c["status"] for c in listed["components"]} == run
+    assert {w["worker_id"]: w["state"] for w in workers["workers"]} == run
+    return {"states": run, "counts": workers["counts"]}
+
+
+def test_a_rollout_killed_after_the_run_finished_is_ended_not_live_and_pages_nobody(api, app):
+    """The orchestrator SIGTERMs a finished run's rollout workers: no close(). The sweep reads live
+    runs only, so the process stays `live` in storage; every reader is shown `ended`."""
+    from paritywatch.backend.store.snapshots import run_snapshots
+
+    run_id, ids = new_run(api, "sigterm", ("trainer", "t0"), ("rollout", "r0"), ("rollout", "r1"))
+    close(api, run_id, ids["t0"])
+    version = run_snapshots(app.state.db, [run_id], TIMEOUT_S)[run_id]["components_version"]
+    silence(app, ids["r0"], TIMEOUT_S - 5)
+    assert shown_states(api, run_id)["states"] == {"t0": "closed", "r0": "live", "r1": "live"}  # not silent long enough
+    silence(app, ids["r0"])
+    shown = shown_states(api, run_id)
+    assert shown["states"] == {"t0": "closed", "r0": "ended", "r1": "live"}
+    assert shown["counts"] == {"live": 1, "closed": 1, "lost": 0, "ended": 1, "total": 3}
+    assert [w["worker_id"] for w in api.get(f"/api/v1/runs/{run_id}/workers", params={"state": "ended"}).json()["workers"]] == ["r0"]
+    assert [w["worker_id"] for w in api.get(f"/api/v1/runs/{run_id}/workers", params={"state": "live"}).json()["workers"]] == ["r1"]
+    # an open run page hears of it: nothing was written, yet the stream's components version moved
+    assert run_snapshots(app.state.db, [run_id], TIMEOUT_S)[run_id]["components_version"] != version
+    assert sweep(app)["lost"] == 0 and alerts(api, run_id) == []  # a clean end pages nobody
+
+    # a beat: it was alive after all
+    api.post(f"/api/v1/runs/{run_id}/components/{ids['r0']}/heartbeat")
+    assert shown_states(api, run_id)["states"]["r0"] == "live"
+
+
+def test_a_stopped_runs_silent_process_is_ended_and_a_live_runs_is_not(api, app):
+    stopped, ids = new_run(api, "stopped", ("trainer", "t0"), ("rollout", "r0"))
+    api.post(f"/api/v1/runs/{stopped}/control", json={"action": "stop"})
+    api.post(f"/api/v1/runs/{stopped}/control/stopped", json={"component_id": ids["t0"]})
+    assert state(api, stopped) == "stopped"
+    silence(app, ids["r0"])
+    assert shown_states(api, stopped)["states"]["r0"] == "ended"
+    running, ids = new_run(api, "running", ("trainer", "t0"), ("rollout", "r0"))
+    silence(app, ids["r0"])  # the sweep has not run yet: live until it is lost
+    assert shown_states(api, running)["states"]["r0"] == "live"
+    assert api.get(f"/api/v1/runs/{running}/workers", params={"state": "ended"}).json()["workers"] == []
+
+
+def test_resuming_a_finished_run_loses_the_processes_it_left_behind_without_paging(api, app):
+    run_id, ids = new_run(api, "resume-after-sigterm", ("trainer", "t0"), ("rollout", "r0"))
+    close(api, run_id, ids["t0"])
+    silence(app, ids["r0"], 3600)  # shut down an hour ago
+    api.post(f"/api/v1/runs/{run_id}/components", json={"side": "trainer", "worker_id": "t0"})  # the job resumes
+    assert state(api, run_id) == "running"
+    assert shown_states(api, run_id)["states"] == {"t0": "live", "r0": "lost"}
+    assert sweep(app, after_s=5)["lost"] == 0 and alerts(api, run_id) == []  # nobody paged about the old worker
+
+
 def test_a_run_without_a_trainer_finishes_when_its_last_process_closes(api):
     run_id, ids = new_run(api, "rollouts-only", ("rollout", "r0"), ("rollout", "r1"))
     assert close(api, run_id, ids["r0"])["control"]["state"] == "running"

@@ -73,7 +73,7 @@ def test_lag_groups_alerts_and_paging(client):
     assert pages == 3 and len(rows) == 14
     assert [r["component_id"] for r in rows] == sorted(ids.values())  # registration order, no repeats
     assert first["trainer_policy_version"] == 10
-    assert first["counts"] == {"live": 14, "closed": 0, "lost": 0, "total": 14}
+    assert first["counts"] == {"live": 14, "closed": 0, "lost": 0, "ended": 0, "total": 14}
     workers = by_worker(rows)
     assert workers["w07"]["policy_version"] == 4 and workers["w07"]["lag"] == 6 and workers["w07"]["lagging"]
     assert workers["w00"]["lag"] == 1 and not workers["w00"]["lagging"]
@@ -181,5 +181,5 @@ def test_a_lost_worker_is_lost_with_its_heartbeat_alert(client, app):
     workers = by_worker(rows)
     assert workers["r0"]["state"] == "lost" and [a["kind"] for a in workers["r0"]["alerts"]] == ["heartbeat_lost"]
     assert workers["r1"]["state"] == "live" and workers["r1"]["alerts"] == []
-    assert first["counts"] == {"live": 2, "closed": 0, "lost": 1, "total": 3}
+    assert first["counts"] == {"live": 2, "closed": 0, "lost": 1, "ended": 0, "total": 3}
     assert [r["worker_id"] for r in all_pages(client, run_id, state="lost")[0]] == ["r0"]

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Body
 
 from paritywatch.backend.alerts import run_state
-from paritywatch.backend.api.deps import DbDep, EffectsDep, EngineDep, IngestBulkDep, IngestDep, ReadDep
+from paritywatch.backend.api.deps import DbDep, EffectsDep, EngineDep, IngestBulkDep, IngestDep, ReadDep, SettingsDep
 from paritywatch.backend.schemas import ComponentClose, ComponentCreate, ComponentOut, FingerprintStored, HeartbeatIn, HeartbeatOut
 from paritywatch.backend.store import fingerprints as fp_store
 from paritywatch.backend.store.control import control_of
@@ -18,8 +18,10 @@ router = APIRouter(tags=["components"])
     response_model=ComponentOut,
     summary="Register a process (upsert by side and worker_id)",
 )
-def register_component(run_id: int, body: ComponentCreate, db: DbDep, effects: EffectsDep, _: IngestDep) -> ComponentOut:
-    comp = run_state.register(effects, db, run_id, body.side, body.worker_id, body.host, body.pid)
+def register_component(run_id: int, body: ComponentCreate, db: DbDep, effects: EffectsDep, settings: SettingsDep,
+                       _: IngestDep) -> ComponentOut:
+    comp = run_state.register(effects, db, run_id, body.side, body.worker_id, body.host, body.pid,
+                              settings.heartbeat_timeout_s)
     return ComponentOut.model_validate(comp, from_attributes=True)
 
 

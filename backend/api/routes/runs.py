@@ -10,6 +10,7 @@ from paritywatch.backend.api.deps import AdminDep, DbDep, EngineDep, IngestDep, 
 from paritywatch.backend.api.query import DeletionsPage, RunsPage, encode_cursor
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.detect import taint as taint_logic
+from paritywatch.backend.detect.workers import process_state
 from paritywatch.backend.detect.rules import BUILTIN_RULES
 from paritywatch.backend.models import ENDED_RUN_STATES, utcnow
 from paritywatch.backend.schemas import (ComponentOut, ControlStateName, PackSuggestion, RunCreate, RunDeletionList,
@@ -20,6 +21,7 @@ from paritywatch.backend.store import retention
 from paritywatch.backend.store import runs as run_store
 from paritywatch.backend.store import silences as silence_store
 from paritywatch.backend.store.control import control_of
+from paritywatch.backend.store.workers import silent_cutoff
 from trainer_hooks.contract import MAX_STEP
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -27,7 +29,15 @@ deletions = APIRouter(prefix="/run-deletions", tags=["runs"])
 StateFilter = Annotated[ControlStateName | None, Query(description="Only runs in this state")]
 
 
-def run_out(run, components=(), firing=None, packs=(), suggested=(), facts=None) -> RunOut:  # noqa: ANN001
+def component_out(c, run, cutoff) -> ComponentOut:  # noqa: ANN001
+    """A process as readers see it: `ended` when its run ended and it went silent (process_state)."""
+    out = ComponentOut.model_validate(c, from_attributes=True)
+    out.status = process_state(c.status, c.last_heartbeat, run.control_state, cutoff)
+    return out
+
+
+def run_out(run, components, firing, packs, suggested=(), facts=None, *, cutoff) -> RunOut:  # noqa: ANN001
+    """`cutoff`: a process silent since then has been silent for the heartbeat timeout."""
     facts = facts or {}
     return RunOut(
         id=run.id,
@@ -38,7 +48,7 @@ def run_out(run, components=(), firing=None, packs=(), suggested=(), facts=None)
         created_at=run.created_at,
         last_step=run.last_step,
         control=control_of(run),
-        components=[ComponentOut.model_validate(c, from_attributes=True) for c in components],
+        components=[component_out(c, run, cutoff) for c in components],
         firing_alerts=firing or {},
         silenced_alerts=facts.get("silenced_alerts", 0),
         taint=facts.get("taint") or {},
@@ -56,11 +66,12 @@ def create_or_get_run(body: RunCreate, db: DbDep, settings: SettingsDep, engine:
                                       default_rules=BUILTIN_RULES, packs=body.packs, pack_rules=pack_catalog.rules_of)
     if body.packs:
         engine.forget_rules(run.id)
-    return _detailed(db, run)
+    return _detailed(db, run, settings)
 
 
 @router.get("", response_model=RunList, summary="List runs, newest first (paginated)")
-def list_runs(db: DbDep, _: ReadDep, page: RunsPage, project: str | None = None, state: StateFilter = None) -> RunList:
+def list_runs(db: DbDep, settings: SettingsDep, _: ReadDep, page: RunsPage, project: str | None = None,
+              state: StateFilter = None) -> RunList:
     runs, after = run_store.list_runs(db, project, state, page)
     ids = [r.id for r in runs]
     comps = run_store.components_of(db, ids)
@@ -68,13 +79,14 @@ def list_runs(db: DbDep, _: ReadDep, page: RunsPage, project: str | None = None,
     with db.read() as s:
         packs = pack_store.enabled_for_runs(s, [(r.id, r.project) for r in runs])
         facts = _facts(s, runs)
-    return RunList(runs=[run_out(r, comps[r.id], firing[r.id], packs[r.id], facts=facts[r.id]) for r in runs],
+    cutoff = silent_cutoff(utcnow(), settings.heartbeat_timeout_s)
+    return RunList(runs=[run_out(r, comps[r.id], firing[r.id], packs[r.id], facts=facts[r.id], cutoff=cutoff) for r in runs],
                    next_cursor=encode_cursor(after))
 
 
 @router.get("/{run_id}", response_model=RunOut, summary="One run with its components and control state")
-def get_run(run_id: int, db: DbDep, _: ReadDep) -> RunOut:
-    return _detailed(db, run_store.load_run(db, run_id))
+def get_run(run_id: int, db: DbDep, settings: SettingsDep, _: ReadDep) -> RunOut:
+    return _detailed(db, run_store.load_run(db, run_id), settings)
 
 
 @router.delete("/{run_id}", status_code=204, summary="Delete a run with all its data (admin)")
@@ -107,14 +119,15 @@ def get_taint(run_id: int, db: DbDep, _: ReadDep,
     return RunTaintOut(**record, run_id=run.id, state=run.control_state, last_step=run.last_step, checkpoint=checkpoint)
 
 
-def _detailed(db, run) -> RunOut:  # noqa: ANN001
+def _detailed(db, run, settings) -> RunOut:  # noqa: ANN001
     comps = run_store.components_of(db, [run.id])[run.id]
     firing = run_store.firing_alert_counts(db, [run.id])[run.id]
     with db.read() as s:
         packs = pack_store.enabled_for_runs(s, [(run.id, run.project)])[run.id]
         posted = pack_store.keys_present(s, run.id, pack_catalog.all_keys())
         facts = _facts(s, [run])[run.id]
-    return run_out(run, comps, firing, packs, pack_catalog.suggest(posted, set(packs)), facts)
+    return run_out(run, comps, firing, packs, pack_catalog.suggest(posted, set(packs)), facts,
+                   cutoff=silent_cutoff(utcnow(), settings.heartbeat_timeout_s))
 
 
 def _facts(s, runs: list) -> dict[int, dict]:  # noqa: ANN001

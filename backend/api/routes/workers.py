@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from paritywatch.backend.api.deps import DbDep, ReadDep, SettingsDep
 from paritywatch.backend.api.query import WorkersPage, encode_cursor
 from paritywatch.backend.detect import workers as view
-from paritywatch.backend.models import COMPONENT_STATUSES
+from paritywatch.backend.models import PROCESS_STATES, utcnow
 from paritywatch.backend.schemas import MAX_STEP, WorkerGroupOut, WorkerList, WorkerOut, WorkerSeriesLine, WorkerSeriesOut
 from paritywatch.backend.store import workers as store
 from paritywatch.backend.store.metrics import RawBudget
@@ -24,16 +24,18 @@ Fingerprint = Annotated[str | None, Query(
 
 @router.get("", response_model=WorkerList, summary="The run's processes with version, lag, throughput and alerts (paginated)")
 def list_workers(
-    run_id: int, db: DbDep, _: ReadDep, page: WorkersPage,
-    state: Annotated[Literal[COMPONENT_STATUSES] | None, Query(description="only processes in this state")] = None,
+    run_id: int, db: DbDep, settings: SettingsDep, _: ReadDep, page: WorkersPage,
+    state: Annotated[Literal[PROCESS_STATES] | None, Query(description="only processes in this state")] = None,
     side: Annotated[Literal[contract.SIDES] | None, Query(description="only this side")] = None,
     fingerprint: Fingerprint = None,
     q: Annotated[str | None, Query(min_length=1, max_length=200, description="a substring of the worker id or host")] = None,
 ) -> WorkerList:
     """Rows in registration order; `counts`, `groups` and `trainer_policy_version` describe the
-    whole run, whatever the filter. Lag = the trainer's version minus the worker's."""
-    run = store.run_workers(db, run_id)
-    rows, after = store.worker_page(db, run_id, store.WorkerFilter(state, side, fingerprint, q), page)
+    whole run, whatever the filter. Lag = the trainer's version minus the worker's. A live process
+    of an ended run silent for the heartbeat timeout is `ended` (shut down without closing)."""
+    cutoff = store.silent_cutoff(utcnow(), settings.heartbeat_timeout_s)
+    run = store.run_workers(db, run_id, cutoff)
+    rows, after = store.worker_page(db, run_id, store.WorkerFilter(state, side, fingerprint, q), page, cutoff)
     labels = view.group_labels([d for d, _, _ in run.digests], run.trainer_digest)
     alerts = view.alerts_by_component(run.open_alerts, rows)
     return WorkerList(
@@ -43,15 +45,16 @@ def list_workers(
         groups=[WorkerGroupOut(label=labels[d], digest=d, side=side_, processes=n,
                                same_as_trainer=None if run.trainer_digest is None else d == run.trainer_digest)
                 for d, side_, n in sorted(run.digests, key=lambda g: labels[g[0]])],
-        workers=[_worker_out(c, run, labels, alerts[c.id]) for c in rows],
+        workers=[_worker_out(c, run, labels, alerts[c.id], cutoff) for c in rows],
         next_cursor=encode_cursor(after),
     )
 
 
-def _worker_out(c, run: store.RunWorkers, labels: dict[str, str], alerts: list) -> WorkerOut:  # noqa: ANN001
+def _worker_out(c, run: store.RunWorkers, labels: dict[str, str], alerts: list, cutoff) -> WorkerOut:  # noqa: ANN001
     lag = view.lag(c.side, c.policy_version, run.trainer_policy_version)
     return WorkerOut(
-        component_id=c.id, side=c.side, worker_id=c.worker_id, host=c.host, pid=c.pid, state=c.status,
+        component_id=c.id, side=c.side, worker_id=c.worker_id, host=c.host, pid=c.pid,
+        state=view.process_state(c.status, c.last_heartbeat, run.run_state, cutoff),
         started_at=c.started_at, last_heartbeat=c.last_heartbeat, policy_version=c.policy_version,
         lag=lag, lagging=lag is not None and lag >= view.LAGGING_VERSIONS,
         samples_per_s=c.samples_per_s, points_per_s=c.points_per_s, fingerprint_digest=c.fingerprint_digest,
