@@ -115,10 +115,11 @@ def components_of(alerts: list[dict]) -> list[str]:
 
 
 def summary(status: str, kind: str | None, firing: list[dict], resolved: list[dict], where: str) -> str:
-    """One line a person reads first, e.g. "[FIRING] 100 heartbeat_lost in grpo/r1: workers w1,
-    w2, w3, w4, w5 and 95 more"."""
+    """One line a person reads first, e.g. "[FIRING] 100 heartbeat_lost alerts in grpo/r1: workers
+    w1, w2, w3, w4, w5 and 95 more". A kind is a name: the noun after it takes the plural, never
+    the kind ("processor_mismatchs")."""
     shown = firing if status == "firing" else resolved
-    what = kind or "alert"
+    what = f"{kind} alert" if kind else "alert"
     line = f"[{status.upper()}] {len(shown)} {what}{'' if len(shown) == 1 else 's'} in {where}"
     workers = workers_of(shown)
     if workers:

@@ -91,7 +91,7 @@ def test_200_silent_workers_are_one_message_then_changes_then_all_resolved(api, 
     assert first["type"] == "alert.firing" and data["status"] == "firing"
     assert data["counts"] == {"firing": 200, "resolved": 0, "silenced": 0}
     assert data["workers_total"] == 200 and data["workers"][:3] == ["w000", "w001", "w002"]
-    assert data["summary"].startswith("[FIRING] 200 heartbeat_losts in default/big: workers w000, w001, w002, w003, w004 and 195 more")
+    assert data["summary"].startswith("[FIRING] 200 heartbeat_lost alerts in default/big: workers w000, w001, w002, w003, w004 and 195 more")
     assert data["reason"] == "200 alert(s) firing" and len(data["alerts"]) == 20
     assert data["group"]["labels"] == {"run_id": run_id, "kind": "heartbeat_lost"}
     assert data["run"] == {"id": run_id, "name": "big", "project": "default", "state": "crashed",

@@ -10,10 +10,10 @@ RUN = {"id": 3, "name": "grpo<&>", "project": "p", "state": "paused", "url": "ht
 
 def test_a_grouped_alert_message_is_its_summary_and_its_reason():
     payload = {"type": "alert.firing", "data": {
-        "summary": "[FIRING] 100 heartbeat_losts in p/grpo: workers w1, w2 and 98 more", "reason": "100 alert(s) firing",
+        "summary": "[FIRING] 100 heartbeat_lost alerts in p/grpo: workers w1, w2 and 98 more", "reason": "100 alert(s) firing",
         "alert": {"severity": "warning", "title": "x"}, "run": RUN}}
     text = slack_message(payload)["text"]
-    assert text.startswith(":warning: [FIRING] 100 heartbeat_losts")
+    assert text.startswith(":warning: [FIRING] 100 heartbeat_lost alerts")
     assert "(why now: 100 alert(s) firing)" in text and text.endswith("<https://pw.example/#/runs/3|open run>")
 
 

@@ -65,12 +65,13 @@ def test_group_labels_and_keys():
 def test_summary_names_the_first_workers_and_the_components():
     firing = [{"detail": {"worker_id": f"w{i}"}} for i in range(100)]
     line = grouping.summary("firing", "heartbeat_lost", firing, [], "grpo/r1")
-    assert line == "[FIRING] 100 heartbeat_losts in grpo/r1: workers w0, w1, w2, w3, w4 and 95 more"
+    assert line == "[FIRING] 100 heartbeat_lost alerts in grpo/r1: workers w0, w1, w2, w3, w4 and 95 more"
     mismatch = [{"detail": {"worker_ids": ["a", "b"], "components": ["chat_template"]}},
                 {"detail": {"worker_ids": ["c"], "components": ["chat_template", "generation_eos"]}}]
     line = grouping.summary("firing", "processor_mismatch", mismatch, [], "p/r")
     assert "workers a, b, c" in line and "differ in chat_template, generation_eos" in line
-    assert grouping.summary("resolved", "heartbeat_lost", [], firing[:1], "p/r").startswith("[RESOLVED] 1 heartbeat_lost ")
+    assert line.startswith("[FIRING] 2 processor_mismatch alerts in p/r")  # the noun takes the plural, not the kind
+    assert grouping.summary("resolved", "heartbeat_lost", [], firing[:1], "p/r").startswith("[RESOLVED] 1 heartbeat_lost alert in ")
 
 
 class S:
