@@ -1,7 +1,7 @@
 // Alerts timeline: severity, status, acknowledge / resolve, the diff attached to a mismatch alert, the audit trail.
 import { api, isAdmin } from './api.js';
 import { ago, badge, clear, fmt, h, when } from './dom.js';
-import { diffFocus, openDiff } from './diff.js';
+import { diffFocus, findingNames, openDiff } from './diff.js';
 
 let showResolved = false;
 // Alerts whose history the user opened: the list re-renders on every alert change (live updates),
@@ -61,7 +61,7 @@ function item(alert, me, onChanged) {
   });
   if (openHistories.has(alert.id)) { history.open = true; loadHistory(); }
   const diff = alert.kind === 'processor_mismatch' ? alert.detail?.diff : null;
-  const components = alert.detail?.components || [];
+  const components = findingNames(alert.detail?.components || [], diff); // behaviour probes that only show another's difference left out
   return h('li', { class: ['alert-item', `sev-${alert.severity}`, `status-${alert.status}`, alert.silenced ? 'is-silenced' : ''],
     dataset: { alertId: alert.id, kind: alert.kind, silenced: alert.silenced ? '1' : '0' } },
     h('span', { class: 'dot', 'aria-hidden': 'true' }),

@@ -21,6 +21,9 @@ let navigations = 0; // the latest navigation's number
 // layout). A page that finishes late (its module or its data arrived after the user moved on, or
 // one of its refreshes was in flight) draws into its detached root, never over the current page.
 async function route() {
+  // A dialog (a diff, a confirmation) belongs to the page it was opened on: Back, a link or a typed
+  // address leaves that page, so it closes (dialogs live on <body>, outside the page root).
+  for (const dialog of document.querySelectorAll('dialog[open]')) dialog.close();
   runCleanup(cleanup);
   cleanup = null;
   const seq = ++navigations;

@@ -1,5 +1,5 @@
-// Metric charts: every logged key grouped by prefix (pinned keys, then the common training keys
-// first), drawn lazily, downsampled by the server to the chart's width, zoom fetching finer buckets,
+// Metric charts: every logged key grouped by prefix (pinned keys, then the keys of firing alerts, then
+// the common training keys first), drawn lazily, downsampled by the server to the chart's width, zoom fetching finer buckets,
 // live append, rule thresholds and alert markers.
 import { api, qs, UI_CONFIG } from './api.js';
 import { clear, fmt, h } from './dom.js';
@@ -60,15 +60,33 @@ function setPinned(key, pinned) {
 
 const leaf = (key) => key.slice(key.lastIndexOf('/') + 1);
 
+const SEVERITY_RANK = { error: 0, warning: 1, info: 2 };
+
+/** Metric keys named by the run's open alerts (threshold and trend rules), the most severe first. */
+export function alertingKeys(alerts = []) {
+  const worst = new Map();
+  for (const a of alerts) {
+    const key = a.detail?.key;
+    if (a.status === 'resolved' || typeof key !== 'string' || (a.kind !== 'metric_threshold' && a.kind !== 'metric_trend')) continue;
+    const rank = SEVERITY_RANK[a.severity] ?? 3;
+    if (!worst.has(key) || rank < worst.get(key)) worst.set(key, rank);
+  }
+  return [...worst.keys()].sort((a, b) => worst.get(a) - worst.get(b) || a.localeCompare(b));
+}
+
 /**
- * Group metric keys: {id, label, items}. Pinned keys first (in pin order), then the common training
- * keys (COMMON_KEYS order), then one group per prefix ("align/kl_k3" → "align"): align first, then
- * alphabetical, keys without a prefix last. A key shows in one group only.
+ * Group metric keys: {id, label, items}. Pinned keys first (in pin order), then the keys an open
+ * alert names (`alerting`, the most severe first: what a reader who came for an alert looks for,
+ * above every group however long), then the common training keys (COMMON_KEYS order), then one
+ * group per prefix ("align/kl_k3" → "align"): align first, then alphabetical, keys without a
+ * prefix last. A key shows in one group only (a pinned key that fires stays with the pins).
  */
-export function groupKeys(keys, pinned = []) {
+export function groupKeys(keys, pinned = [], alerting = []) {
   const pinRank = new Map(pinned.map((k, i) => [k, i]));
   const pins = keys.filter((k) => pinRank.has(k.key)).sort((a, b) => pinRank.get(a.key) - pinRank.get(b.key));
-  const rest = keys.filter((k) => !pinRank.has(k.key));
+  const alertRank = new Map(alerting.filter((k) => !pinRank.has(k)).map((k, i) => [k, i]));
+  const firing = keys.filter((k) => alertRank.has(k.key)).sort((a, b) => alertRank.get(a.key) - alertRank.get(b.key));
+  const rest = keys.filter((k) => !pinRank.has(k.key) && !alertRank.has(k.key));
   const training = rest.filter((k) => COMMON_KEYS.includes(leaf(k.key)))
     .sort((a, b) => COMMON_KEYS.indexOf(leaf(a.key)) - COMMON_KEYS.indexOf(leaf(b.key)) || a.key.localeCompare(b.key));
   const byPrefix = new Map();
@@ -82,6 +100,7 @@ export function groupKeys(keys, pinned = []) {
   const prefixes = [...byPrefix.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   return [
     ...(pins.length ? [{ id: 'pinned', label: '★ pinned', items: pins }] : []),
+    ...(firing.length ? [{ id: 'alerting', label: '▲ firing alerts', items: firing }] : []),
     ...(training.length ? [{ id: 'training', label: 'training', items: training }] : []),
     ...prefixes.map((p) => ({ id: `prefix:${p}`, prefix: p, label: p || '(no prefix)', items: byPrefix.get(p) })),
   ];
@@ -305,6 +324,7 @@ export function createCharts(container, runId, ctx) {
   const count = h('span', { class: 'muted small' });
   clear(container, h('div', { class: 'section-head' }, h('h2', {}, 'Metrics'), count, filter), body);
   let keys = [];
+  let alerting = alertingKeys(ctx.alerts); // keys of firing alerts: their charts come first
   ctx.onPin = (key, pinned) => { setPinned(key, pinned); build(); };
 
   function build() {
@@ -313,10 +333,10 @@ export function createCharts(container, runId, ctx) {
     count.textContent = `${shown.length} of ${keys.length} key(s)`;
     if (!keys.length) { clear(body, h('p', { class: 'muted' }, 'No metrics logged yet.')); return; }
     const pinned = pinnedKeys();
-    const groups = groupKeys(shown, pinned);
+    const groups = groupKeys(shown, pinned, alerting);
     clear(body, groups.map(({ id, prefix, label, items }) => {
       const grid = h('div', { class: 'chart-grid' });
-      const open = id === 'pinned' || id === 'training' || prefix === 'align' || shown.length <= 12 || Boolean(needle) || groups.length === 1;
+      const open = id === 'pinned' || id === 'alerting' || id === 'training' || prefix === 'align' || shown.length <= 12 || Boolean(needle) || groups.length === 1;
       const details = h('details', { class: 'chart-group', open, dataset: { group: id, ...(prefix === undefined ? {} : { prefix }) } },
         h('summary', {}, h('span', { class: 'group-name' }, label), h('span', { class: 'muted small' }, `${items.length} chart(s)`)), grid);
       const fill = () => {
@@ -325,6 +345,7 @@ export function createCharts(container, runId, ctx) {
           let chart = charts.get(meta.key);
           if (!chart) { chart = new Chart(runId, meta, ctx); charts.set(meta.key, chart); }
           chart.setPinned(pinned.includes(meta.key));
+          chart.el.classList.toggle('alerting', alerting.includes(meta.key));
           grid.append(chart.el);
           if (!chart.loaded) observer.observe(chart.el);
         }
@@ -352,6 +373,8 @@ export function createCharts(container, runId, ctx) {
       ctx.rules = next.rules ?? ctx.rules;
       ctx.alerts = next.alerts ?? ctx.alerts;
       ctx.taint = next.taint ?? ctx.taint;
+      const nowAlerting = alertingKeys(ctx.alerts);
+      if (nowAlerting.join('\n') !== alerting.join('\n')) { alerting = nowAlerting; if (keys.length) build(); }
       for (const c of charts.values()) c.redecorate();
     },
     appendLive(lastStep) {

@@ -3,7 +3,7 @@
 // (#/compare?runs=1,2&metric=loss&x=step), so a link shows the same view to whoever opens it.
 import { api, qs } from './api.js';
 import { loadPlotly, plotlyText } from './charts.js';
-import { ago, clear, fmt, h, severityBadges, stateBadge, taintSummary } from './dom.js';
+import { LIVE_RUN_STATES, ago, clear, fmt, h, severityBadges, stateBadge, taintSummary } from './dom.js';
 
 const PALETTE = ['#2457c5', '#c62828', '#2e7d32', '#8e24aa', '#ef6c00', '#00838f', '#6d4c41', '#ad1457'];
 const MAX_RUNS = PALETTE.length;
@@ -12,7 +12,6 @@ const X_MODES = { step: 'step', time: 'wall time since start' };
 const VERDICT_RANK = { error: 4, warning: 3, info: 2, unknown: 1, same: 0 };
 const RUNS_PAGE = 500;
 const LIVE_MS = 10000;
-const LIVE_STATES = new Set(['running', 'paused', 'stopping']); // runs that may still log
 
 // ------------------------------------------------------------------ selection on the runs list
 
@@ -306,7 +305,7 @@ export async function renderCompare(root, query) {
    *  extend the chart; their verdicts follow a fingerprint change. */
   let liveTimer = null;
   async function followLive() {
-    const live = chosen().filter((r) => LIVE_STATES.has(r.control.state));
+    const live = chosen().filter((r) => LIVE_RUN_STATES.has(r.control.state));
     if (live.length && !zoomed && !document.hidden) {
       try {
         const keysBefore = keyNames();

@@ -11,12 +11,74 @@ export function openDiff(title, diff, focus) {
 
 /** The component to open first: the chat template when it differs (the most readable cause), else the first row. */
 export function diffFocus(diff) {
-  const names = ((diff && diff.components) || []).map((c) => c.name);
+  const names = findings(diff).components.map((c) => c.name);
   return names.includes('chat_template') ? 'chat_template' : names[0];
 }
 
+// ------------------------------------------------------------------ behaviour probes as evidence
+
+// A differing behaviour probe demonstrates another component's difference: a conversation rendered
+// differently, the chat template's (or, when the templates agree, a tokenizer table's); a text
+// encoded or decoded differently, the first differing tokenizer table's. Shown under that component,
+// not as a second finding. A difference no differing component explains stays a finding of its own.
+const TOKENIZER_TABLES = ['added_tokens', 'special_tokens', 'vocab', 'merges', 'normalizer', 'pre_tokenizer',
+  'post_processor', 'decoder', 'encode_flags', 'model_params'];
+const PART_EXPLAINED_BY = { chat: ['chat_template', ...TOKENIZER_TABLES], encode: TOKENIZER_TABLES,
+  encode_no_special: TOKENIZER_TABLES, decode: TOKENIZER_TABLES };
+const PART_TEXT = {
+  chat: ['rendered differently in', 'probe conversation'], encode: ['encoded differently in', 'probe text'],
+  encode_no_special: ['encoded differently (without special tokens) in', 'probe text'], decode: ['decoded differently in', 'probe text'],
+};
+
+/** {components: the diff's findings, evidence: {component name: [{part, labels, rows}]}}: `behavior`
+ *  is left out of the findings when another differing component explains each of its differing parts. */
+export function findings(diff) {
+  const components = (diff && diff.components) || [];
+  const behavior = components.find((c) => c.name === 'behavior');
+  const probes = behavior && behavior.detail && behavior.detail.differing_probes;
+  if (!probes || !Object.keys(probes).length) return { components, evidence: {} };
+  const present = new Set(components.map((c) => c.name));
+  const evidence = {};
+  for (const [part, labels] of Object.entries(probes)) {
+    const by = (PART_EXPLAINED_BY[part] || []).find((n) => present.has(n));
+    if (!by) return { components, evidence: {} };
+    (evidence[by] ||= []).push({ part, labels, rows: (behavior.detail.sample || []).filter((r) => r.part === part) });
+  }
+  return { components: components.filter((c) => c !== behavior), evidence };
+}
+
+/** Component names (an alert's list) without those `diff` shows as evidence only. */
+export function findingNames(names, diff) {
+  if (!diff) return names;
+  const found = new Set(findings(diff).components.map((c) => c.name));
+  return names.filter((n) => found.has(n));
+}
+
+/** "rendered differently in 18 of 18 probe conversations" (M known for conversations a template renders). */
+export function evidenceText(item, component) {
+  // A conversation a tokenizer table explains renders alike and tokenizes differently.
+  const tokenized = item.part === 'chat' && component && component.name !== 'chat_template';
+  const [verb, noun] = tokenized ? ['tokenized differently in', 'probe conversation'] : PART_TEXT[item.part] || [`differ (${item.part}) in`, 'probe'];
+  const n = item.labels.length;
+  const of = item.part === 'chat' && component && component.detail && component.detail.renders ? component.detail.renders.compared : null;
+  return `${verb} ${n}${of ? ` of ${of}` : ''} ${noun}${(of ?? n) === 1 ? '' : 's'}`;
+}
+
+/** What the behaviour probes show of this component's difference: the counts and their probe rows
+ *  (`shownRow`, already shown above by the template view, left out). */
+function evidenceBlock(items, component, shownRow) {
+  const rows = items.flatMap((i) => i.rows).filter((r) => r !== shownRow);
+  return h('div', { class: 'evidence', dataset: { evidence: component.name } },
+    h('p', { class: 'evidence-head' }, h('strong', {}, 'Evidence'), ' from the behaviour probes: ',
+      items.map((i, k) => [k ? '; ' : '', evidenceText(i, component)]), '.'),
+    rows.length ? h('details', { class: 'evidence-probes', open: !shownRow },
+      h('summary', {}, shownRow ? `${rows.length} more differing probe(s)` : `the differing probe(s) (${rows.length} shown)`),
+      probeTable(rows)) : null);
+}
+
 export function renderDiff(diff, focus) {
-  const rows = [...((diff && diff.components) || [])];
+  const { components, evidence } = findings(diff);
+  const rows = [...components];
   if (!rows.length) return h('p', { class: 'muted' }, 'No differences: the fingerprints match.');
   rows.sort((a, b) => (b.name === focus) - (a.name === focus));
   const causes = (diff && diff.causes) || [];
@@ -28,12 +90,19 @@ export function renderDiff(diff, focus) {
     rows.map((c) => h('details', { class: `diff-component sev-${c.severity}`, open: c.name === focus || rows.length === 1,
       dataset: { component: c.name } },
     h('summary', {}, h('span', { class: `badge badge-${c.severity}` }, c.severity), h('code', {}, c.name), h('span', { class: 'summary-text' }, c.summary || '')),
-    componentDetail(c, diff))));
+    componentDetail(c, diff, evidence[c.name]))));
 }
 
-function componentDetail(c, diff) {
+function componentDetail(c, diff, evidence) {
+  if (c.name === 'chat_template') {
+    const shown = firstRenderedProbe(diff);
+    return h('div', {}, templateDiff(c.detail || {}, renderedProbe(diff)), evidence ? evidenceBlock(evidence, c, shown) : null);
+  }
+  return evidence ? h('div', {}, detailOf(c), evidenceBlock(evidence, c, null)) : detailOf(c);
+}
+
+function detailOf(c) {
   const d = c.detail || {};
-  if (c.name === 'chat_template') return templateDiff(d, renderedProbe(diff));
   if (c.name === 'behavior' && Array.isArray(d.sample)) return behaviorDetail(d);
   if (c.name === 'sampling_params' && Array.isArray(d.rows)) return samplingDetail(d.rows);
   if (Array.isArray(d.rows)) return rowsTable(d.rows);

@@ -85,6 +85,9 @@ export function taintSummary(taint, shown = 2) {
     more > 0 ? h('div', { class: 'muted small' }, `and ${more} more`) : null);
 }
 
+/** Run states in which processes may still log (the heartbeat sweep watches these). */
+export const LIVE_RUN_STATES = new Set(['running', 'paused', 'stopping']);
+
 export function stateBadge(state) {
   return h('span', { class: `state state-${state}`, dataset: { state } }, state);
 }

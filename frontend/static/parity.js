@@ -1,7 +1,7 @@
 // Parity panel: trainer vs each group of rollout workers (same fingerprint = one group), component by component.
 import { UI_CONFIG } from './api.js';
 import { ago, ageSeconds, clear, h } from './dom.js';
-import { diffFocus, firstRenderedProbe, openDiff, renderedProbe } from './diff.js';
+import { diffFocus, evidenceText, findings, firstRenderedProbe, openDiff, renderedProbe } from './diff.js';
 
 const STALE_S = 60;
 const VERDICT_TEXT = { same: 'same as trainer', info: 'differs (info only)', warning: 'differs (warning)', error: 'differs', unknown: 'not comparable' };
@@ -25,7 +25,8 @@ function componentNames(parity) {
   return [...names].sort((a, b) => (ORDER.indexOf(a) + 1 || 99) - (ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b));
 }
 
-export function renderParity(container, parity) {
+/** `stateOf(componentId)`: the state the run shows the process in (live, closed, ended, lost). */
+export function renderParity(container, parity, stateOf = () => 'live') {
   const head = h('div', { class: 'section-head' }, h('h2', {}, 'Processor parity'));
   if (!parity) { clear(container, head, h('p', { class: 'muted' }, 'Parity is not available from this server yet.')); return; }
   const { trainer, groups = [], missing_fingerprint: missing = [] } = parity;
@@ -48,7 +49,7 @@ export function renderParity(container, parity) {
       : 'No trainer fingerprint yet: rollout workers cannot be compared.'),
     groups.length ? h('div', { class: 'table-wrap' }, table) : h('p', { class: 'muted' }, 'No rollout worker has sent a fingerprint yet.'),
     probePreviews(groups),
-    groups.map(workerList),
+    groups.map((g) => workerList(g, stateOf)),
     missing.length ? h('p', { class: 'note' }, `${missing.length} component(s) have not sent a fingerprint: `,
       missing.map((m) => `${m.side} ${m.worker_id}`).join(', ')) : null);
 }
@@ -57,9 +58,16 @@ function cell(group, index, name) {
   if (group.verdict === 'unknown') return h('td', { class: 'cell-unknown' }, '—');
   const row = (group.diff?.components || []).find((c) => c.name === name);
   if (!row) return h('td', { class: 'cell-same', dataset: { state: 'same' } }, '✓ same');
-  const open = () => openDiff(`${groupLabel(group)}: ${name}`, group.diff, name);
+  const { components, evidence } = findings(group.diff);
+  const open = (focus) => () => openDiff(`${groupLabel(group)}: ${focus}`, group.diff, focus);
+  if (!components.includes(row)) { // behaviour probes that demonstrate another component's difference
+    const by = Object.keys(evidence);
+    return h('td', { class: 'cell-evidence', dataset: { state: 'evidence' }, title: 'Not a difference of its own: the probes that show it' },
+      '↳ evidence of ', by.map((n, i) => [i ? ', ' : '', h('button', { class: 'link-button', on: { click: open(n) } }, n)]));
+  }
   return h('td', { class: `cell-differs sev-${row.severity}`, dataset: { state: 'differs', severity: row.severity } },
-    h('button', { class: 'link-button', title: row.summary || '', on: { click: open } }, `✗ differs · ${row.severity}`));
+    h('button', { class: 'link-button', title: row.summary || '', on: { click: open(name) } }, `✗ differs · ${row.severity}`),
+    (evidence[name] || []).map((item) => h('span', { class: 'evidence-cell', dataset: { evidence: item.part } }, evidenceText(item, row))));
 }
 
 const VERB = { chat: 'renders', encode: 'encodes', encode_no_special: 'encodes', decode: 'decodes' };
@@ -81,14 +89,18 @@ function probePreviews(groups) {
   });
 }
 
-function workerList(group) {
+function workerList(group, stateOf) {
   const comps = group.components;
-  const stale = comps.filter((c) => ageSeconds(c.last_heartbeat) > STALE_S).length;
+  // Only a live process can be stale: one that closed or ended (its run is over) is silent by design.
+  const isStale = (c) => stateOf(c.component_id) === 'live' && ageSeconds(c.last_heartbeat) > STALE_S;
+  const stale = comps.filter(isStale).length;
   return h('details', { class: `workers verdict-${group.verdict}` },
     h('summary', {}, `${groupLabel(group)}`, stale ? h('span', { class: 'badge badge-warning' }, `${stale} stale`) : null),
-    h('ul', { class: 'worker-list' }, comps.map((c) => h('li', {},
-      h('code', {}, c.worker_id), c.host ? ` on ${c.host}` : '', ' · heartbeat ',
-      h('span', { class: ageSeconds(c.last_heartbeat) > STALE_S ? 'stale' : 'fresh' }, ago(c.last_heartbeat))))));
+    h('ul', { class: 'worker-list' }, comps.map((c) => {
+      const shown = stateOf(c.component_id);
+      return h('li', {}, h('code', {}, c.worker_id), c.host ? ` on ${c.host}` : '', shown === 'live' ? '' : ` · ${shown}`, ' · heartbeat ',
+        h('span', { class: isStale(c) ? 'stale' : 'fresh' }, ago(c.last_heartbeat)));
+    })));
 }
 
 /** The differing rollout groups with an error verdict (for the red banner). */

@@ -5,10 +5,10 @@ import { renderAlerts } from './alerts.js';
 import { renderAudit } from './audit.js';
 import { createCharts, loadPlotly } from './charts.js';
 import { confirmControl, renderControls } from './controls.js';
-import { openDiff } from './diff.js';
-import { ago, clear, fmt, h, modal, severityBadges, taintSummary, when } from './dom.js';
+import { findingNames, findings, openDiff } from './diff.js';
+import { LIVE_RUN_STATES, ago, clear, fmt, h, modal, severityBadges, taintSummary, when } from './dom.js';
 import { groupLabel, mismatchGroups, renderParity } from './parity.js';
-import { processCounts } from './runs.js';
+import { ENDED_HELP, processCounts, processText } from './runs.js';
 import { renderRunSettings } from './settings.js';
 import { renderSilences } from './silences.js';
 import { createWorkersView, prefetchWorkers } from './workers.js';
@@ -59,7 +59,9 @@ export async function renderRun(root, runId) {
   function drawHead() {
     el.step.textContent = `last step ${fmt(state.run.last_step)}`;
     const counts = processCounts(state.run.components || []);
-    el.processes.textContent = `processes: ${counts.live} live · ${counts.closed} closed · ${counts.lost} lost`;
+    el.processes.textContent = `processes: ${processText(counts)}`;
+    el.processes.title = counts.ended ? ENDED_HELP : '';
+    drawLive();
     el.ended.textContent = state.run.ended_at ? `ended ${ago(state.run.ended_at)}` : '';
     el.ended.title = when(state.run.ended_at);
     clear(el.firing, 'firing: ', severityBadges(state.run.firing_alerts, state.run.silenced_alerts));
@@ -92,8 +94,9 @@ export async function renderRun(root, runId) {
     const alerts = (state.alerts || []).filter((a) => a.kind === 'processor_mismatch' && a.severity === 'error' && a.status !== 'resolved');
     if (!groups.length && !alerts.length) { clear(el.banner); return; }
     const diff = groups[0]?.diff || alerts[0]?.detail?.diff;
-    const names = new Set(groups.flatMap((g) => (g.diff?.components || []).filter((c) => c.severity === 'error').map((c) => c.name)));
-    alerts.forEach((a) => (a.detail?.components || []).forEach((n) => names.add(n)));
+    // The differing components, without the behaviour probes that only demonstrate one of them (diff.js, findings).
+    const names = new Set(groups.flatMap((g) => findings(g.diff).components.filter((c) => c.severity === 'error').map((c) => c.name)));
+    alerts.forEach((a) => findingNames(a.detail?.components || [], a.detail?.diff).forEach((n) => names.add(n)));
     const workers = groups.reduce((n, g) => n + g.components.length, 0);
     const paused = state.run.control.state !== 'running';
     const canPause = isAdmin(me) && state.run.control.state === 'running';
@@ -149,8 +152,19 @@ export async function renderRun(root, runId) {
 
   async function loadParity() {
     try { state.parity = await optional(`/runs/${runId}/parity`); } catch (err) { state.parity = null; }
-    renderParity(el.parity, state.parity);
+    drawParity(true);
     drawBanner();
+  }
+
+  /** The parity panel, again when it is new or when a process's state changed (a redraw would fold
+   *  what the reader opened). */
+  let parityStates = null;
+  function drawParity(fresh = false) {
+    if (state.parity === undefined) return; // not loaded yet
+    const states = JSON.stringify((state.run.components || []).map((c) => [c.id, c.status]));
+    if (!fresh && states === parityStates) return;
+    parityStates = states;
+    renderParity(el.parity, state.parity, (id) => (state.run.components.find((c) => c.id === id)?.status ?? 'live'));
   }
 
   async function loadAlerts() {
@@ -181,6 +195,7 @@ export async function renderRun(root, runId) {
     runLoadedAt = Date.now();
     drawHead();
     drawPacks();
+    drawParity(); // the states of its processes
   }
 
   let auditLoadedAt = 0;
@@ -224,7 +239,16 @@ export async function renderRun(root, runId) {
     drawBanner();
   }
 
-  const setLive = (s, text) => { el.live.dataset.live = s; el.live.textContent = text; };
+  // "● live" says the page follows a run that may still log: beside an ended run (its state and
+  // "ended … ago" are in the header) a connected stream shows nothing. Trouble always shows.
+  const stream = { state: 'connecting', text: 'connecting…' };
+  function drawLive() {
+    const quiet = stream.state === 'live' && !LIVE_RUN_STATES.has(state.run.control.state);
+    el.live.dataset.live = quiet ? 'ended' : stream.state;
+    el.live.textContent = quiet ? '' : stream.text;
+    el.live.hidden = quiet;
+  }
+  const setLive = (s, text) => { stream.state = s; stream.text = text; drawLive(); };
 
   function poll() {
     // Fallback when the server has no stream endpoint: the same updates, every few seconds.

@@ -1,4 +1,4 @@
-// Runs list: name, project, state and since when, processes (live / closed / lost) with heartbeat age,
+// Runs list: name, project, state and since when, processes (live / closed / ended / lost) with heartbeat age,
 // firing alerts, tainted steps (trained while a divergence was open, kept after the alerts resolve),
 // last step; filter (the state filter is the server's) and sort.
 import { api, qs, UI_CONFIG } from './api.js';
@@ -126,10 +126,19 @@ function row(run, onPick) {
     h('td', { class: 'num' }, fmt(run.last_step)));
 }
 
+/** Processes by the state the server shows them in: live, closed, lost, or ended (a live process of an
+ *  ended run silent for the heartbeat timeout: shut down without closing). */
 export function processCounts(components) {
-  const counts = { live: 0, closed: 0, lost: 0 };
+  const counts = { live: 0, closed: 0, lost: 0, ended: 0 };
   for (const c of components) counts[c.status || 'live'] += 1;
   return counts;
+}
+
+export const ENDED_HELP = 'ended: silent since its run ended, without closing (its orchestrator shut it down, e.g. by SIGTERM); nothing to act on';
+
+/** "3 live · 1 closed · 0 lost", and "· 2 ended" when any are (the header and the workers view). */
+export function processText(counts) {
+  return `${counts.live} live · ${counts.closed} closed · ${counts.lost} lost${counts.ended ? ` · ${counts.ended} ended` : ''}`;
 }
 
 function componentsCell(components) {
@@ -137,10 +146,11 @@ function componentsCell(components) {
   const live = components.filter((c) => (c.status || 'live') === 'live');
   const counts = processCounts(components);
   const label = components.length === 1 ? components[0].worker_id : `${components.length} workers`;
-  const ended = [counts.closed ? `${counts.closed} closed` : '', counts.lost ? `${counts.lost} lost` : ''].filter(Boolean);
+  const ended = [counts.closed ? `${counts.closed} closed` : '', counts.ended ? `${counts.ended} ended` : '',
+    counts.lost ? `${counts.lost} lost` : ''].filter(Boolean);
   if (!live.length) {
     return h('div', { class: 'component-cell', dataset: { processes: 'ended' } }, h('span', {}, label),
-      h('span', { class: ['heartbeat', counts.lost ? 'stale' : 'ended'] }, ended.join(' · ')));
+      h('span', { class: ['heartbeat', counts.lost ? 'stale' : 'ended'], title: counts.ended ? ENDED_HELP : null }, ended.join(' · ')));
   }
   const ages = live.map((c) => ageSeconds(c.last_heartbeat));
   const freshest = live[ages.indexOf(Math.min(...ages))];

@@ -156,20 +156,23 @@ export async function renderWebhooks(root) {
 
   function addForm() {
     const error = h('p', { class: 'form-error', role: 'alert' });
-    const form = h('form', { class: 'card form-grid' },
-      h('h2', { class: 'full' }, 'Add a webhook'),
-      field('URL', h('input', { name: 'url', type: 'url', required: true, placeholder: 'https://hooks.example.com/paritywatch' })),
-      field('Format', select('format', ['standard', 'slack'], 'standard')),
-      field('Project (empty = all)', h('input', { name: 'project' })),
-      h('fieldset', { class: 'field events' }, h('legend', {}, 'Events (none = all)'),
-        events.map((ev) => h('label', { class: 'check', title: ev.description },
-          h('input', { type: 'checkbox', name: 'events', value: ev.type }), ev.type))),
-      h('fieldset', { class: 'field grouping full' }, h('legend', {}, 'Grouping of alert notifications (empty = server default)'),
-        h('div', { class: 'inline-field' }, h('span', {}, 'Group by'),
+    // Where to send (the URL gets the room a URL needs), what, and how alert notifications are grouped.
+    const form = h('form', { class: 'card webhook-form' },
+      h('h2', {}, 'Add a webhook'),
+      h('div', { class: 'webhook-target' },
+        field('URL', h('input', { name: 'url', type: 'url', required: true, placeholder: 'https://hooks.example.com/paritywatch' })),
+        field('Format', select('format', ['standard', 'slack'], 'standard')),
+        field('Project (empty = all)', h('input', { name: 'project', placeholder: 'every project' }))),
+      h('fieldset', { class: 'webhook-set events' }, h('legend', {}, 'Events (none = all)'),
+        h('div', { class: 'checks' }, events.map((ev) => h('label', { class: 'check', title: ev.description },
+          h('input', { type: 'checkbox', name: 'events', value: ev.type }), ev.type)))),
+      h('fieldset', { class: 'webhook-set grouping' }, h('legend', {}, 'Grouping of alert notifications (empty = server default)'),
+        h('div', { class: 'checks' }, h('span', { class: 'muted small' }, 'Group by'),
           GROUP_LABELS.map((g) => h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'group_by', value: g }), g))),
-        field('Group wait (s)', h('input', { name: 'group_wait_s', type: 'number', min: 0, step: 'any', placeholder: 'default' })),
-        field('Group interval (s)', h('input', { name: 'group_interval_s', type: 'number', min: 0, step: 'any', placeholder: 'default' })),
-        field('Repeat interval (s)', h('input', { name: 'repeat_interval_s', type: 'number', min: 1, step: 'any', placeholder: 'default' }))),
+        h('div', { class: 'webhook-intervals' },
+          field('Group wait (s)', h('input', { name: 'group_wait_s', type: 'number', min: 0, step: 'any', placeholder: 'default' })),
+          field('Group interval (s)', h('input', { name: 'group_interval_s', type: 'number', min: 0, step: 'any', placeholder: 'default' })),
+          field('Repeat interval (s)', h('input', { name: 'repeat_interval_s', type: 'number', min: 1, step: 'any', placeholder: 'default' })))),
       h('div', { class: 'form-actions' }, h('button', { class: 'button primary', type: 'submit' }, 'Add webhook')), error);
     form.addEventListener('submit', async (e) => {
       e.preventDefault();

@@ -6,6 +6,7 @@ import { api, qs } from './api.js';
 import { formatValue, loadPlotly, plotlyText } from './charts.js';
 import { openDiff } from './diff.js';
 import { ago, ageSeconds, clear, fmt, h } from './dom.js';
+import { ENDED_HELP, processText } from './runs.js';
 
 const PAGE = 1000; // the endpoint's largest page: 512 processes come in one request
 const ROW_H = 30; // px; fixed, so the visible slice is arithmetic
@@ -20,26 +21,53 @@ const PALETTE = ['#c62828', '#2457c5', '#b26a00', '#2e7d32', '#6a1b9a', '#00838f
 const byText = (f) => (a, b) => String(f(a) ?? '').localeCompare(String(f(b) ?? ''), undefined, { numeric: true });
 const byNumber = (f) => (a, b) => (f(a) ?? -Infinity) - (f(b) ?? -Infinity);
 const throughput = (w) => w.samples_per_s ?? w.points_per_s;
-const STATE_RANK = { lost: 2, live: 1, closed: 0 };
+const STATE_RANK = { lost: 3, live: 2, ended: 1, closed: 0 };
+const STATE_BADGE = { live: 'ok', closed: 'muted', ended: 'muted', lost: 'error' };
 
 /** What deserves a look first: open alerts, then lost, then lagging; the most behind first among equals. */
 function attention(w) {
   return (w.alerts.length ? 8 : 0) + (w.state === 'lost' ? 4 : 0) + (w.lagging ? 2 : 0) + (w.state === 'live' && ageSeconds(w.last_heartbeat) > STALE_S ? 1 : 0);
 }
 
+const BADGE_EXTRA = 22; // px around a badge's text: its padding and margin
+const alertLabel = (a) => a.kind.replace(/_/g, ' ');
+
+// `width` (px) fits the column's longest value; the others are sized to the run's longest (`fit`,
+// measured, up to `max`: past it the cell's title has the whole text), and alerts takes what is left
+// (at least its own). Wider than the section, the table scrolls sideways rather than cut a value.
 const COLUMNS = [
-  { id: 'attention', label: '!', title: 'needs attention: alerts, lost, lagging, stale', compare: (a, b) => attention(a) - attention(b) || (a.lag ?? -1) - (b.lag ?? -1) },
-  { id: 'worker', label: 'worker', compare: byText((w) => w.worker_id) },
-  { id: 'side', label: 'side', compare: byText((w) => w.side) },
-  { id: 'host', label: 'host', compare: byText((w) => w.host) },
-  { id: 'state', label: 'state', compare: byNumber((w) => STATE_RANK[w.state]) },
-  { id: 'version', label: 'version', num: true, compare: byNumber((w) => w.policy_version) },
-  { id: 'lag', label: 'lag', num: true, title: 'versions behind the trainer', compare: byNumber((w) => w.lag) },
-  { id: 'heartbeat', label: 'heartbeat', compare: byNumber((w) => -Date.parse(w.last_heartbeat)) },
-  { id: 'throughput', label: 'throughput', num: true, compare: byNumber(throughput) },
-  { id: 'group', label: 'fingerprint', compare: byText((w) => w.group) },
-  { id: 'alerts', label: 'alerts', compare: byNumber((w) => w.alerts.length) },
+  { id: 'attention', label: '!', width: 36, title: 'needs attention: alerts, lost, lagging, stale', compare: (a, b) => attention(a) - attention(b) || (a.lag ?? -1) - (b.lag ?? -1) },
+  { id: 'worker', label: 'worker', fit: { texts: (w) => [w.worker_id], font: 'code', min: 110, max: 480 }, compare: byText((w) => w.worker_id) },
+  { id: 'side', label: 'side', width: 76, compare: byText((w) => w.side) },
+  { id: 'host', label: 'host', fit: { texts: (w) => [w.host || '—'], font: 'text', min: 80, max: 400 }, compare: byText((w) => w.host) },
+  { id: 'state', label: 'state', fit: { texts: (w) => [w.state], font: 'badge', each: BADGE_EXTRA, min: 72, max: 120 }, compare: byNumber((w) => STATE_RANK[w.state]) },
+  { id: 'version', label: 'version', width: 88, num: true, compare: byNumber((w) => w.policy_version) },
+  { id: 'lag', label: 'lag', width: 96, num: true, title: 'versions behind the trainer', compare: byNumber((w) => w.lag) },
+  { id: 'heartbeat', label: 'heartbeat', width: 100, compare: byNumber((w) => -Date.parse(w.last_heartbeat)) },
+  { id: 'throughput', label: 'throughput', fit: { texts: (w) => [rateText(w)], font: 'text', min: 112, max: 200 }, num: true,
+    compare: byNumber(throughput) },
+  { id: 'group', label: 'fingerprint', width: 116, compare: byText((w) => w.group) },
+  { id: 'alerts', label: 'alerts', flexible: true, fit: { texts: (w) => w.alerts.map(alertLabel), font: 'badge', each: BADGE_EXTRA, min: 180, max: 520 },
+    compare: byNumber((w) => w.alerts.length) },
 ];
+const CELL_PADDING = 24; // px: a cell's horizontal padding (16) and a little air
+
+/** Widths of the `fit` columns for these rows: the widest cell, its texts measured in the cell's own
+ *  font (the table's layout is fixed, so that the columns stay put while rows are drawn and removed
+ *  on scroll). */
+function fittedWidths(rows, fonts) {
+  const ctx = (fittedWidths.canvas ||= document.createElement('canvas')).getContext('2d');
+  const out = {};
+  for (const col of COLUMNS.filter((c) => c.fit)) {
+    ctx.font = fonts[col.fit.font];
+    // The longest cells are the widest but for a few letters: measure the 50 longest only.
+    const cells = [...new Set(rows.map((w) => col.fit.texts(w).join('\n')))].sort((a, b) => b.length - a.length).slice(0, 50);
+    const width = (cell) => (cell ? cell.split('\n').reduce((sum, t) => sum + ctx.measureText(t).width + (col.fit.each || 0), 0) : 0);
+    const widest = Math.max(0, ...cells.map(width));
+    out[col.id] = Math.round(Math.min(col.fit.max, Math.max(col.fit.min, widest + CELL_PADDING)));
+  }
+  return out;
+}
 
 /** Every process of the run, page by page: {rows, meta (the first page: counts, groups, trainer version)}. */
 async function fetchWorkers(runId, signal) {
@@ -76,7 +104,9 @@ export function createWorkersView(container, runId, prefetched = null) {
   };
   const heads = COLUMNS.map((c) => h('th', { scope: 'col', class: c.num ? 'num' : '', title: c.title || `sort by ${c.label}`, tabindex: 0,
     dataset: { sort: c.id }, on: { click: () => sortBy(c.id), keydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); sortBy(c.id); } } } }, c.label));
-  el.scroll.append(h('table', { class: 'table compact workers-table' }, h('thead', {}, h('tr', {}, heads)), el.tbody));
+  const cols = COLUMNS.map((c) => h('col', { dataset: { col: c.id } }));
+  const table = h('table', { class: 'table compact workers-table' }, h('colgroup', {}, cols), h('thead', {}, h('tr', {}, heads)), el.tbody);
+  el.scroll.append(table);
   el.scroll.addEventListener('scroll', () => requestAnimationFrame(drawSlice), { passive: true });
   const inputs = filterInputs();
   clear(container,
@@ -90,7 +120,7 @@ export function createWorkersView(container, runId, prefetched = null) {
     return {
       text: h('input', { type: 'search', placeholder: 'Filter by worker or host…', 'aria-label': 'filter by worker or host', dataset: { filter: 'text' },
         on: { input: (e) => { state.filter.text = e.target.value.trim().toLowerCase(); apply(); } } }),
-      state: select('state', [['', 'any state'], ['live', 'live'], ['closed', 'closed'], ['lost', 'lost']]),
+      state: select('state', [['', 'any state'], ['live', 'live'], ['closed', 'closed'], ['ended', 'ended'], ['lost', 'lost']]),
       side: select('side', [['', 'any side'], ['trainer', 'trainer'], ['rollout', 'rollout']]),
       group: select('group', [['', 'any fingerprint']]),
       lagging: h('input', { type: 'checkbox', dataset: { filter: 'lagging' }, on: { change: (e) => { state.filter.lagging = e.target.checked; apply(); } } }),
@@ -102,6 +132,7 @@ export function createWorkersView(container, runId, prefetched = null) {
     if (abort.signal.aborted) return;
     state.rows = rows;
     state.meta = meta;
+    sizeColumns();
     drawSummary();
     drawGroupOptions();
     apply();
@@ -111,10 +142,24 @@ export function createWorkersView(container, runId, prefetched = null) {
     }
   }
 
+  /** Every column as wide as its longest value (worker ids and hosts measured over all processes). */
+  function sizeColumns() {
+    const probe = h('tr', { class: 'worker-row', 'aria-hidden': 'true' },
+      h('td', {}, h('code', {}, 'x')), h('td', {}, 'x'), h('td', {}, h('span', { class: 'badge' }, 'x')));
+    el.tbody.append(probe);
+    const font = (selector) => getComputedStyle(probe.querySelector(selector)).font;
+    const fonts = { code: font('code'), text: font('td:nth-child(2)'), badge: font('.badge') };
+    probe.remove();
+    const fitted = fittedWidths(state.rows, fonts);
+    const widths = COLUMNS.map((c) => fitted[c.id] ?? c.width);
+    COLUMNS.forEach((c, i) => { cols[i].style.width = c.flexible ? '' : `${widths[i]}px`; });
+    table.style.minWidth = `${widths.reduce((a, b) => a + b, 0)}px`; // the flexible column keeps at least its width
+  }
+
   function drawSummary() {
     const { counts, trainer_policy_version: version, lagging_versions: behind, groups } = state.meta;
     const lagging = state.rows.filter((w) => w.lagging).length;
-    clear(el.summary, `${fmt(counts.total)} processes: ${counts.live} live · ${counts.closed} closed · ${counts.lost} lost · `,
+    clear(el.summary, `${fmt(counts.total)} processes: ${processText(counts)} · `,
       version === null ? 'the trainer has not reported a policy version' : `trainer at version ${fmt(version)}`,
       lagging ? [' · ', h('strong', { class: 'lagging-count' }, `${lagging} lagging`), ` (≥ ${behind} versions behind)`] : '',
       ` · ${groups.length} fingerprint group${groups.length === 1 ? '' : 's'}`);
@@ -166,20 +211,20 @@ export function createWorkersView(container, runId, prefetched = null) {
 
   function row(w) {
     const stale = w.state === 'live' && ageSeconds(w.last_heartbeat) > STALE_S;
-    const rate = w.samples_per_s !== null ? `${formatRate(w.samples_per_s)} samples/s` : w.points_per_s !== null ? `${formatRate(w.points_per_s)} points/s` : '—';
     return h('tr', { class: ['worker-row', w.lagging && 'row-lagging', w.state === 'lost' && 'row-lost', w.alerts.length && 'row-alert'],
       dataset: { worker: w.worker_id, state: w.state, lagging: w.lagging } },
     h('td', { class: 'attention' }, attention(w) ? h('span', { class: `dot dot-${w.alerts.some((a) => a.severity === 'error') || w.state === 'lost' ? 'error' : 'warning'}`, title: 'needs attention' }) : ''),
-    h('td', { title: `pid ${w.pid} · component ${w.component_id}` }, h('code', {}, w.worker_id)),
+    h('td', { title: `${w.worker_id} · pid ${w.pid} · component ${w.component_id}` }, h('code', {}, w.worker_id)),
     h('td', {}, w.side),
-    h('td', {}, w.host || '—'),
-    h('td', {}, h('span', { class: `badge badge-${{ live: 'ok', closed: 'muted', lost: 'error' }[w.state]}` }, w.state)),
+    h('td', { title: w.host || null }, w.host || '—'),
+    h('td', {}, h('span', { class: `badge badge-${STATE_BADGE[w.state]}`, title: w.state === 'ended' ? ENDED_HELP : null }, w.state)),
     h('td', { class: 'num' }, fmt(w.policy_version)),
     h('td', { class: 'num', dataset: { lag: w.lag ?? '' } }, w.lag === null ? '—' : w.lagging ? h('span', { class: 'badge badge-warning', title: `${w.lag} versions behind the trainer` }, `${fmt(w.lag)} behind`) : fmt(w.lag)),
     h('td', { class: stale ? 'stale' : '', title: w.last_heartbeat }, ago(w.last_heartbeat)),
-    h('td', { class: 'num', title: 'over its last heartbeat interval' }, rate),
+    h('td', { class: 'num', title: 'over its last heartbeat interval' }, rateText(w)),
     h('td', {}, groupCell(w)),
-    h('td', {}, w.alerts.map((a) => h('span', { class: `badge badge-${a.severity}`, title: a.title }, a.kind.replace('_', ' ')))));
+    h('td', { title: w.alerts.map((a) => a.title).join('\n') || null },
+      w.alerts.map((a) => h('span', { class: `badge badge-${a.severity}`, title: a.title }, alertLabel(a)))));
   }
 
   function groupCell(w) {
@@ -217,6 +262,11 @@ export function createWorkersView(container, runId, prefetched = null) {
 
 function formatRate(x) {
   return x >= 100 ? fmt(Math.round(x)) : Number(x).toPrecision(3);
+}
+
+function rateText(w) {
+  if (w.samples_per_s !== null) return `${formatRate(w.samples_per_s)} samples/s`;
+  return w.points_per_s !== null ? `${formatRate(w.points_per_s)} points/s` : '—';
 }
 
 // ------------------------------------------------------------------ one metric, per worker

@@ -110,6 +110,25 @@ def spread_arrivals(db_url: str, run_id: int, every_s: float) -> None:
         engine.dispose()
 
 
+def silence_component(db_url: str, component_id: int, seconds: float) -> None:
+    """The process's last heartbeat was `seconds` ago, as if it had been killed then (set in the
+    database: the heartbeat timeout is a minute, a test does not wait for it)."""
+    from datetime import timedelta
+
+    from sqlalchemy import create_engine, update
+    from sqlalchemy.orm import Session
+
+    from paritywatch.backend.models import Component, utcnow
+
+    engine = create_engine(db_url)
+    try:
+        with Session(engine) as s, s.begin():
+            s.execute(update(Component).where(Component.id == component_id)
+                      .values(last_heartbeat=utcnow() - timedelta(seconds=seconds)))
+    finally:
+        engine.dispose()
+
+
 def wave(n: int, phase: float = 0.0, scale: float = 1.0) -> list[float]:
     return [scale * (math.sin(i / 500 + phase) * 0.4 + math.exp(-i / max(1, n / 4)) + 0.05 * math.sin(i / 7)) for i in range(n)]
 

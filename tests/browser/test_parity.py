@@ -64,14 +64,14 @@ def test_trl_pair_shows_each_template_in_its_own_column(page, server, runs, scre
 
 
 def test_behaviour_rows_name_their_probes_and_fit_the_dialog(page, server, runs, screenshots):
-    _open_cell(page, server, runs["trl"], "chat_template")
-    behavior = page.locator("dialog[open] details[data-component=behavior]")
-    behavior.locator("summary").click()
+    template = _open_cell(page, server, runs["trl"], "chat_template")
+    template.locator("details.evidence-probes summary").click()  # the behaviour probes: the template's evidence
+    behavior = template
     rows = behavior.locator("tr[data-probe]")
     expect(rows.first).to_be_visible()
     probes = [rows.nth(i).get_attribute("data-probe") for i in range(rows.count())]
     assert "user/gen=0" in probes and all(re.fullmatch(r"[a-z_]+/gen=[01]", p) for p in probes), probes
-    first = behavior.locator("tr[data-probe='user/gen=0']")
+    first = behavior.locator(".rendered-probe tr[data-probe='user/gen=0']")
     expect(first.locator("th")).to_contain_text("user/gen=0")
     trainer_text = first.locator("td[data-side=trainer] .probe-text").inner_text()
     rollout_text = first.locator("td[data-side=rollout] .probe-text").inner_text()
@@ -83,7 +83,7 @@ def test_behaviour_rows_name_their_probes_and_fit_the_dialog(page, server, runs,
     expect(first.locator("td[data-side=rollout] .probe-text mark")).to_have_text("∅")
     expect(first.locator("td[data-side=rollout] .tok.differs")).not_to_have_count(0)
     width = page.viewport_size["width"]
-    for cell in behavior.locator("td[data-side=rollout]").all():
+    for cell in behavior.locator(".probe-table td[data-side=rollout]").all():
         box = cell.bounding_box()
         assert box["x"] + box["width"] <= width, "the rollout column runs off-screen"
     page.screenshot(path=str(screenshots / "parity-behaviour-rows.png"), full_page=False)
@@ -142,6 +142,36 @@ def test_show_diff_from_the_alert_opens_the_chat_template(page, server, runs):
     expect(rendered.locator("td[data-side=rollout] .tok.differs")).not_to_have_count(0)
 
 
+def test_behaviour_probes_show_as_the_evidence_of_the_template_not_a_second_finding(page, server, runs, screenshots):
+    """Issue 29.7: `behavior` listed as a differing component beside `chat_template` read as noise: the
+    probes rendered differently because the templates differ. They are shown as that evidence."""
+    page.goto(f"{server.url}/#/runs/{runs['trl']['id']}")
+    template = page.locator("tr[data-component=chat_template] td[data-state=differs]")
+    expect(template.locator("[data-evidence=chat]")).to_have_text(re.compile(r"^rendered differently in \d+ of 18 probe conversations$"))
+    behavior = page.locator("tr[data-component=behavior] td").first  # the one rollout group
+    expect(behavior).to_have_attribute("data-state", "evidence")
+    expect(behavior).to_have_text("↳ evidence of chat_template")
+    expect(page.locator("td[data-state=differs]")).to_have_count(1)  # one finding: the template
+    expect(page.locator("[data-banner=mismatch] code")).to_have_text("chat_template")
+    expect(page.locator(".alert-item[data-kind=processor_mismatch] .muted")).not_to_contain_text("behavior")
+    page.locator("#parity").screenshot(path=str(screenshots / "parity-behaviour-as-evidence.png"))
+
+    behavior.get_by_role("button", name="chat_template").click()
+    dialog = page.locator("dialog[open]")
+    expect(dialog.locator(".diff-verdict")).to_contain_text("1 component(s) differ")
+    expect(dialog.locator("details[data-component]")).to_have_count(1)
+    evidence = dialog.locator("details[data-component=chat_template] [data-evidence=chat_template]")
+    expect(evidence.locator(".evidence-head")).to_contain_text("rendered differently in")
+
+    # the same renders with other ids (a special token one side lacks): the probes show a tokenizer table's difference
+    page.goto(f"{server.url}/#/runs/{runs['special']['id']}")
+    behavior = page.locator("tr[data-component=behavior] td").first  # the one rollout group
+    expect(behavior).to_have_attribute("data-state", "evidence")
+    host = behavior.locator("button").inner_text()
+    expect(page.locator(f"tr[data-component={host}] td[data-state=differs] [data-evidence=chat]")).to_contain_text(
+        "tokenized differently in")
+
+
 def test_text_only_difference_is_a_warning_that_says_the_renders_match(page, server, runs, screenshots):
     page.goto(f"{server.url}/#/runs/{runs['text_only']['id']}")
     cell = page.locator("tr[data-component=chat_template] td[data-state=differs]")
@@ -156,10 +186,9 @@ def test_text_only_difference_is_a_warning_that_says_the_renders_match(page, ser
 
 
 def test_rendered_probe_text_stays_text(page, server, runs):
-    _open_cell(page, server, runs["markup"], "chat_template")
-    behavior = page.locator("dialog[open] details[data-component=behavior]")
-    behavior.locator("summary").click()
-    text = behavior.locator("tr[data-probe] td[data-side=rollout] .probe-text").first.inner_text()
+    template = _open_cell(page, server, runs["markup"], "chat_template")
+    template.locator("details.evidence-probes summary").click()
+    text = template.locator(".evidence tr[data-probe] td[data-side=rollout] .probe-text").first.inner_text()
     assert '<img src=x onerror=\\"window.__pwned = 1\\"><b>bold</b>' in text
     assert page.evaluate("window.__pwned") is None
     assert page.evaluate("document.querySelectorAll('dialog img, dialog b, #parity img, #parity b').length") == 0

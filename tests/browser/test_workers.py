@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import page_problems
+from tests.browser.seed import Seeder, silence_component
 from tests.browser.workers_seed import CLOSED, DIFFERENT, LAGGING, TRAINER_VERSION, seed_workers_run
 
 pytestmark = pytest.mark.browser
@@ -101,8 +102,6 @@ def test_512_processes_render_filter_and_show_the_lagging_worker(server, seeded,
 def test_worker_ids_and_metric_keys_are_text_in_the_per_worker_chart(server, page):
     """Worker ids and metric keys come from the processes: Plotly must show markup in them as
     text (no link or styling a worker id could plant in every viewer's legend)."""
-    from tests.browser.seed import Seeder
-
     s = Seeder(server.url)
     run = s.run("markup-workers", project="workers-markup")
     key = "<i>rollout</i>/kl"
@@ -129,9 +128,74 @@ def test_a_diff_that_cannot_be_loaded_says_so(server, seeded, page):
     section = page.locator("#workers")
     page.locator("[data-action=show-workers]").click()
     expect(section.locator(".workers-scroll")).to_have_attribute("data-shown", "512")
+    # Only the rows in view are drawn, and the differing worker is sorted into view only once
+    # detection has raised its alert: filter to it, so that its row is drawn whatever the order.
+    section.locator("input[data-filter=text]").fill(DIFFERENT)
+    button = section.locator(f"tr[data-worker='{DIFFERENT}'] [data-action=group-diff]")
+    expect(button).to_be_visible()
     page.route("**/api/v1/runs/*/parity", lambda route: route.fulfill(
         status=500, content_type="application/json",
         body='{"error": {"code": "internal", "message": "the parity view failed"}}'))
-    section.locator(f"tr[data-worker='{DIFFERENT}'] [data-action=group-diff]").click()
+    button.click()
     expect(section.locator(".workers-summary")).to_contain_text("could not be loaded")
     expect(page.locator("dialog.modal")).to_have_count(0)
+
+
+# Every drawn cell of the workers table whose content is wider than the cell (cut off by an ellipsis).
+CUT_CELLS = """el => [...el.querySelectorAll('tr.worker-row td')].filter((td) => td.scrollWidth > td.clientWidth + 1)
+  .map((td) => `${td.closest('tr').dataset.worker}: ${td.textContent}`)"""
+
+
+def test_no_cell_of_the_workers_table_is_cut_short(server, seeded, page):
+    """Issue 29.7: the side ("train…"), worker ids and hosts were cut by fixed column widths."""
+    page.goto(f"{server.url}/#/runs/{seeded.run_id}")
+    section = page.locator("#workers")
+    page.locator("[data-action=show-workers]").click()
+    scroll = section.locator(".workers-scroll")
+    expect(scroll).to_have_attribute("data-shown", "512")
+    section.locator("input[data-filter=text]").fill("trainer")  # its row is drawn wherever it sorts
+    expect(section.locator("tr[data-worker='trainer-0'] td").nth(2)).to_have_text("trainer")
+    section.locator("input[data-filter=text]").fill("")
+    expect(scroll).to_have_attribute("data-shown", "512")
+    assert section.locator(".workers-table").evaluate(CUT_CELLS) == []
+    # the usual names fit the section: no sideways scrolling at 1400 px
+    assert scroll.evaluate("el => el.scrollWidth <= el.clientWidth"), "the table is wider than its section"
+
+    s = Seeder(server.url)
+    run = s.run("long-worker-names", project="workers-long")
+    long_worker, long_host = "vllm-rollout-worker-with-a-long-name-07", "ip-10-0-3-17.us-west-2.compute.internal"
+    comp = s.component(run["id"], "rollout", long_worker, host=long_host)
+    s.post(f"/runs/{run['id']}/components/{comp['id']}/heartbeat", {"policy_version": 12345, "samples_per_s": 1234.5})
+    page.goto(f"{server.url}/#/runs/{run['id']}")
+    row = page.locator(f"#workers tr[data-worker='{long_worker}']")
+    expect(row.locator("td").nth(3)).to_have_text(long_host)
+    assert page.locator("#workers .workers-table").evaluate(CUT_CELLS) == []  # wider than the section: it scrolls
+
+
+def test_a_worker_killed_after_its_run_finished_is_ended_in_the_header_the_list_and_the_workers_view(server, page):
+    """Issue 29.7: the orchestrator SIGTERMs a finished run's rollout worker (no close()). The header
+    said "1 live", the runs list "1 stale"; every view now says `ended`, on the open page too."""
+    s = Seeder(server.url)
+    run = s.run("sigterm-after-finish", project="workers-ended")
+    trainer = s.component(run["id"], "trainer", "trainer-rank0")
+    rollout = s.component(run["id"], "rollout", "vllm-0")
+    page.goto(f"{server.url}/#/runs/{run['id']}")
+    processes = page.locator(".run-facts .processes")
+    expect(processes).to_have_text("processes: 2 live · 0 closed · 0 lost")
+
+    s.post(f"/runs/{run['id']}/components/{trainer['id']}/close", {"reason": "training done"})
+    silence_component(server.db_url, rollout["id"], seconds=3600)  # killed an hour ago: no beat since
+    expect(processes).to_have_text("processes: 0 live · 1 closed · 0 lost · 1 ended")  # without a reload
+    page.locator("[data-action=show-workers]").click()
+    row = page.locator("#workers tr[data-worker='vllm-0']")
+    expect(row).to_have_attribute("data-state", "ended")
+    expect(row.locator(".badge", has_text="ended")).to_be_visible()
+    expect(row.locator("td.attention .dot")).to_have_count(0)  # nothing to look into
+    expect(row.locator("td.stale")).to_have_count(0)
+    expect(page.locator("#workers .workers-summary")).to_contain_text("2 processes: 0 live · 1 closed · 0 lost · 1 ended")
+
+    page.goto(f"{server.url}/#/runs")
+    cell = page.locator(f"tr[data-run-id='{run['id']}'] td").nth(5)  # the rollout column
+    expect(cell).to_contain_text("1 ended")
+    assert "stale" not in cell.inner_text() and "♥" not in cell.inner_text()
+    assert page_problems(page) == {"csp": [], "errors": []}
