@@ -58,10 +58,12 @@ def photograph(url: str, run_id: int, out: Path) -> list[Path]:
         page.evaluate("window.scrollTo(0, 0)")
         shots.append(out / "demo-run.png")
         page.screenshot(path=shots[-1])
+        # The top bar and the run's controls stick to the top of the window: not over a chart's picture.
+        unstuck = ".topbar, .controls { position: static !important; }"
         shots.append(out / "demo-charts.png")
-        page.locator("details.chart-group[data-group=training]").screenshot(path=shots[-1])
+        page.locator("details.chart-group[data-group=training]").screenshot(path=shots[-1], style=unstuck)
         shots.append(out / "demo-align.png")
-        page.locator("figure.chart[data-key='align/prompt_rerender_mismatch_frac']").screenshot(path=shots[-1])
+        page.locator("figure.chart[data-key='align/prompt_rerender_mismatch_frac']").screenshot(path=shots[-1], style=unstuck)
         browser.close()
     return shots
 
