@@ -147,7 +147,8 @@ def test_behaviour_probes_show_as_the_evidence_of_the_template_not_a_second_find
     probes rendered differently because the templates differ. They are shown as that evidence."""
     page.goto(f"{server.url}/#/runs/{runs['trl']['id']}")
     template = page.locator("tr[data-component=chat_template] td[data-state=differs]")
-    expect(template.locator("[data-evidence=chat]")).to_have_text(re.compile(r"^rendered differently in \d+ of 18 probe conversations$"))
+    expect(template.locator("[data-evidence=chat]")).to_have_text(
+        re.compile(r"^rendered differently in \d+ of 18 probe conversations$"), timeout=30_000)  # a busy machine
     behavior = page.locator("tr[data-component=behavior] td").first  # the one rollout group
     expect(behavior).to_have_attribute("data-state", "evidence")
     expect(behavior).to_have_text("↳ evidence of chat_template")
@@ -166,7 +167,7 @@ def test_behaviour_probes_show_as_the_evidence_of_the_template_not_a_second_find
     # the same renders with other ids (a special token one side lacks): the probes show a tokenizer table's difference
     page.goto(f"{server.url}/#/runs/{runs['special']['id']}")
     behavior = page.locator("tr[data-component=behavior] td").first  # the one rollout group
-    expect(behavior).to_have_attribute("data-state", "evidence")
+    expect(behavior).to_have_attribute("data-state", "evidence", timeout=30_000)
     host = behavior.locator("button").inner_text()
     expect(page.locator(f"tr[data-component={host}] td[data-state=differs] [data-evidence=chat]")).to_contain_text(
         "tokenized differently in")

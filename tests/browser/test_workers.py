@@ -141,6 +141,8 @@ def test_a_diff_that_cannot_be_loaded_says_so(server, seeded, page):
     expect(page.locator("dialog.modal")).to_have_count(0)
 
 
+LOADED = 30_000  # ms: what the page hears of through its stream or draws after a load, on a busy CI machine
+
 # Every drawn cell of the workers table whose content is wider than the cell (cut off by an ellipsis).
 CUT_CELLS = """el => [...el.querySelectorAll('tr.worker-row td')].filter((td) => td.scrollWidth > td.clientWidth + 1)
   .map((td) => `${td.closest('tr').dataset.worker}: ${td.textContent}`)"""
@@ -154,7 +156,7 @@ def test_no_cell_of_the_workers_table_is_cut_short(server, seeded, page):
     scroll = section.locator(".workers-scroll")
     expect(scroll).to_have_attribute("data-shown", "512")
     section.locator("input[data-filter=text]").fill("trainer")  # its row is drawn wherever it sorts
-    expect(section.locator("tr[data-worker='trainer-0'] td").nth(2)).to_have_text("trainer")
+    expect(section.locator("tr[data-worker='trainer-0'] td").nth(2)).to_have_text("trainer", timeout=LOADED)
     section.locator("input[data-filter=text]").fill("")
     expect(scroll).to_have_attribute("data-shown", "512")
     assert section.locator(".workers-table").evaluate(CUT_CELLS) == []
@@ -168,7 +170,7 @@ def test_no_cell_of_the_workers_table_is_cut_short(server, seeded, page):
     s.post(f"/runs/{run['id']}/components/{comp['id']}/heartbeat", {"policy_version": 12345, "samples_per_s": 1234.5})
     page.goto(f"{server.url}/#/runs/{run['id']}")
     row = page.locator(f"#workers tr[data-worker='{long_worker}']")
-    expect(row.locator("td").nth(3)).to_have_text(long_host)
+    expect(row.locator("td").nth(3)).to_have_text(long_host, timeout=LOADED)
     assert page.locator("#workers .workers-table").evaluate(CUT_CELLS) == []  # wider than the section: it scrolls
 
 
@@ -181,14 +183,14 @@ def test_a_worker_killed_after_its_run_finished_is_ended_in_the_header_the_list_
     rollout = s.component(run["id"], "rollout", "vllm-0")
     page.goto(f"{server.url}/#/runs/{run['id']}")
     processes = page.locator(".run-facts .processes")
-    expect(processes).to_have_text("processes: 2 live · 0 closed · 0 lost")
+    expect(processes).to_have_text("processes: 2 live · 0 closed · 0 lost", timeout=LOADED)
 
     s.post(f"/runs/{run['id']}/components/{trainer['id']}/close", {"reason": "training done"})
     silence_component(server.db_url, rollout["id"], seconds=3600)  # killed an hour ago: no beat since
-    expect(processes).to_have_text("processes: 0 live · 1 closed · 0 lost · 1 ended")  # without a reload
+    expect(processes).to_have_text("processes: 0 live · 1 closed · 0 lost · 1 ended", timeout=LOADED)  # no reload
     page.locator("[data-action=show-workers]").click()
     row = page.locator("#workers tr[data-worker='vllm-0']")
-    expect(row).to_have_attribute("data-state", "ended")
+    expect(row).to_have_attribute("data-state", "ended", timeout=LOADED)
     expect(row.locator(".badge", has_text="ended")).to_be_visible()
     expect(row.locator("td.attention .dot")).to_have_count(0)  # nothing to look into
     expect(row.locator("td.stale")).to_have_count(0)
@@ -196,6 +198,6 @@ def test_a_worker_killed_after_its_run_finished_is_ended_in_the_header_the_list_
 
     page.goto(f"{server.url}/#/runs")
     cell = page.locator(f"tr[data-run-id='{run['id']}'] td").nth(5)  # the rollout column
-    expect(cell).to_contain_text("1 ended")
+    expect(cell).to_contain_text("1 ended", timeout=LOADED)
     assert "stale" not in cell.inner_text() and "♥" not in cell.inner_text()
     assert page_problems(page) == {"csp": [], "errors": []}
