@@ -545,6 +545,8 @@ class SampleAudit(Base):
     rerender_mismatches: Mapped[int] = mapped_column(Integer)
     truncated: Mapped[int] = mapped_column(Integer)
     counts: Mapped[dict] = mapped_column(JSON, default=dict)  # every count the hooks sent
+    # At least as many samples as any one cause holds (0: a clean batch): `GET .../audits?failing=true`.
+    failing: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class SampleAuditSample(Base):
@@ -569,3 +571,13 @@ class SampleAuditSample(Base):
     rendered_len: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rerender_first_diff: Mapped[int | None] = mapped_column(Integer, nullable=True)
     windows: Mapped[list] = mapped_column(JSON, default=list)
+    # Token identity, truncation, eos and image features (migration 0015; null/false before it).
+    n_trainer_ids: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ids_mismatch: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    ids_first_diff: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    finish_lost: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
+    eos_ignored_at: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    images_mismatch: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    rollout_images: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    trainer_images: Mapped[dict | None] = mapped_column(JSON, nullable=True)

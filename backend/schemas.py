@@ -408,6 +408,9 @@ class PackRuleOut(BaseModel):
     threshold: float
     severity: str
     consecutive: int
+    kind: str = Field(default="threshold", description="threshold, or baseline (the median of the run's first "
+                                                       "`window` points)")
+    window: int = 1
     why: str = Field(description="the framework's documented level, or why this value where it documents none")
 
 
@@ -435,10 +438,12 @@ class RuleIn(BaseModel):
     enabled: bool = True
     keep_firing_for: int = Field(default=0, ge=0, le=10_000,
                                  description="Evaluations within the threshold before a firing alert resolves")
-    kind: Literal["threshold", "trend"] = Field(
+    kind: Literal[contract.RULE_KINDS] = Field(
         default="threshold", description="threshold: `aggregate` over `window` steps against `threshold`; trend: "
         "medians of blocks of `window` points, a step or drift scored against the noise, fires at a score >= "
-        "`threshold` in the direction of `comparison` (> rises, < falls)")
+        "`threshold` in the direction of `comparison` (> rises, < falls); baseline: the median of the series' "
+        "first `window` points against `threshold` (what the run started with); sawtooth: medians of blocks of "
+        "`window` points that climb and fall back at least twice, each move >= `threshold` x the noise")
     per_worker: bool = Field(default=False, description="also evaluate each worker's `<worker>/<key>` series, "
                                                         "each with its own alert")
     min_change: float = Field(default=0.0, ge=0, allow_inf_nan=False,
@@ -446,8 +451,9 @@ class RuleIn(BaseModel):
 
     @model_validator(mode="after")
     def _trend_needs_a_score(self) -> "RuleIn":
-        if self.kind == "trend" and (self.threshold <= 0 or self.window < 2):
-            raise ValueError("a trend rule needs a score threshold > 0 (8 is a good start) and a window >= 2 points")
+        if self.kind in contract.SCORED_RULE_KINDS and (self.threshold <= 0 or self.window < 2):
+            raise ValueError(f"a {self.kind} rule needs a score threshold > 0 (8 is a good start) and a window >= 2 "
+                             "points")
         return self
 
 
@@ -646,6 +652,16 @@ class AuditWindow(BaseModel):
     trainer: list[Token] | None = Field(default=None, max_length=WINDOW_TOKENS)
 
 
+class ImageSummary(BaseModel):
+    """What a processor produced for a sample's images (`trainer_hooks.sample_identity.image_features`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    images: Count
+    grid: list[Annotated[list[Count], Field(max_length=4)]] = Field(default_factory=list,
+                                                                    max_length=contract.AUDIT_MAX_IMAGES)
+    image_tokens: Count | None = None
+
+
 class AuditSample(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     index: Count = Field(description="the sample's position in its batch")
@@ -658,6 +674,17 @@ class AuditSample(BaseModel):
     prompt_len: Count
     rendered_len: Count | None = None
     rerender_first_diff: Count | None = None
+    n_trainer_ids: Count | None = Field(default=None, description="completion ids the trainer trains on")
+    ids_mismatch: bool | None = Field(default=None, description="the trained ids differ from the sampled ones "
+                                                                "(null: not checked)")
+    ids_first_diff: Count | None = Field(default=None, description="where the trained ids leave the sampled ones")
+    truncated: bool = Field(default=False, description="the trainer trains on a prefix of the sampled ids")
+    finish_lost: bool = Field(default=False, description="no finish reason and no eos at the end: a cut nobody sees")
+    eos_ignored_at: Count | None = Field(default=None, description="an eos id the rollout sampled another token after")
+    images_mismatch: bool | None = Field(default=None, description="the two sides' image features differ "
+                                                                   "(null: not checked)")
+    rollout_images: ImageSummary | None = None
+    trainer_images: ImageSummary | None = None
     windows: list[AuditWindow] = Field(default_factory=list, max_length=len(contract.AUDIT_WINDOW_KINDS))
 
 
@@ -671,6 +698,13 @@ class AuditCounts(BaseModel):
     finish_length: Count = 0
     finish_stop: Count = 0
     finish_unknown: Count = 0
+    ids_checked: Count = 0
+    ids_mismatch: Count = 0
+    truncated: Count = 0
+    finish_lost: Count = 0
+    eos_ignored: Count = 0
+    images_checked: Count = 0
+    images_mismatch: Count = 0
 
     @model_validator(mode="after")
     def _within_the_batch(self) -> "AuditCounts":

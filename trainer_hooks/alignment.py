@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 # exp() of a larger log-ratio overflows float32; verl clamps the log-ratio the same way.
 _LOG_RATIO_CLAMP = 20.0
+# A token whose importance ratio leaves this band is what a token-level mask drops (`align/is_masked_frac`):
+# verl's IcePop preset (RolloutCorrectionConfig.decoupled_token_is_icepop) masks outside [0.5, 5].
+IS_MASK_BAND = (0.5, 5.0)
+# Fewer scored tokens than this make a correlation noise, not a measurement.
+PEARSON_MIN_TOKENS = 16
 
 
 @dataclass(kw_only=True)
@@ -51,6 +56,10 @@ class RolloutRecord:
     outputs (0); masked tokens are ignored by every per-token metric.
     ``completion_text`` is the text the rollout side decoded, when it sent one (vLLM's
     ``output.text``, which skips special tokens).
+    ``completion_ids_digest``: ``contract.token_ids_digest`` of the ids as sampled, computed where
+    they were sampled (the vLLM adapter fills it): post-processing after that point shows.
+    ``images``: ``sample_identity.image_features`` of what the rollout's processor produced for the
+    sample's images (VLMs).
     """
 
     messages: list[dict[str, Any]] | None = None
@@ -63,6 +72,8 @@ class RolloutRecord:
     tools: list[Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     completion_text: str | None = None
+    completion_ids_digest: str | None = None
+    images: dict[str, Any] | None = None
 
 
 def compute_alignment_metrics(
@@ -77,13 +88,15 @@ def compute_alignment_metrics(
     is_clip: float = 2.0,
     backend: str | None = None,
     rendered: Sequence[list[int] | None] | None = None,
+    generation_config: Any = None,
 ) -> dict[str, float]:
     """Compute docs/design.md's alignment metrics for one batch; metrics that cannot be computed are omitted.
 
     ``trainer_logprobs``: per record a list/array of the trainer's log-probs of the completion
     tokens (``None`` for a record it did not score), or one ``[batch, T]`` array/tensor,
     left-aligned with the completions. ``rollout_eos_ids`` defaults to what ``finish_reason``
-    says ("stop" = ended on eos); ``trainer_eos_ids`` to the processor's eos id.
+    says ("stop" = ended on eos); ``trainer_eos_ids`` to the processor's eos id with every eos id of
+    ``generation_config`` (the model's full eos set: a list in most chat models).
     ``rollout_decode(ids) -> str`` is compared with ``processor.decode(ids)``; a record's
     ``completion_text`` with ``processor.decode(ids, skip_special_tokens=True)``.
     ``backend``: "numpy" or "torch" to force one; by default torch when the trainer's log-probs
@@ -100,7 +113,9 @@ def compute_alignment_metrics(
         metrics.update(_rerender_metrics(records, rendered if rendered is not None else render_prompts(records, processor)))
         metrics.update(_decode_metrics(records, tokenizer, rollout_decode))
         metrics.update(_out_of_vocab_metrics(records, tokenizer))
-    metrics.update(_eos_metrics(records, tokenizer, rollout_eos_ids, trainer_eos_ids))
+    metrics.update(_eos_metrics(records, trainer_eos_set(tokenizer, trainer_eos_ids, generation_config),
+                                rollout_eos_ids))
+    metrics.update(_finish_metrics(records))
     metrics.update(_staleness_metrics(records, trainer_policy_version))
     if trainer_logprobs is not None:
         metrics.update(_logprob_metrics(records, trainer_logprobs, is_clip, backend))
@@ -248,11 +263,9 @@ def _mask_of(record: RolloutRecord) -> Iterable[int]:
 
 def _eos_metrics(
     records: list[RolloutRecord],
-    tokenizer: Any,
+    trainer_eos: set[int] | None,
     rollout_eos_ids: Iterable[int] | None,
-    trainer_eos_ids: Iterable[int] | None,
 ) -> dict[str, float]:
-    trainer_eos = trainer_eos_set(tokenizer, trainer_eos_ids)
     if trainer_eos is None:
         return {}
     rollout_eos = set(rollout_eos_ids) if rollout_eos_ids is not None else None
@@ -269,13 +282,28 @@ def _eos_metrics(
     return {"align/eos_disagreement_frac": disagreed / checked} if checked else {}
 
 
-def trainer_eos_set(tokenizer: Any, trainer_eos_ids: Iterable[int] | None) -> set[int] | None:
+def trainer_eos_set(tokenizer: Any, trainer_eos_ids: Iterable[int] | None,
+                    generation_config: Any = None) -> set[int] | None:
+    """What the trainer counts as eos: `trainer_eos_ids` when given, else the tokenizer's eos id
+    and every eos id of the generation config (Qwen and Llama chat models list several there:
+    a sample ending on the second one ended, it was not stopped by something else). None: unknown."""
     if trainer_eos_ids is not None:
         return set(trainer_eos_ids)
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is None:
-        return None
-    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+    eos = _ids(getattr(tokenizer, "eos_token_id", None)) | eos_ids_of(generation_config)
+    return eos or None
+
+
+def eos_ids_of(generation_config: Any) -> set[int]:
+    """The eos ids of a GenerationConfig (or its dict): an int, a list, or none."""
+    if isinstance(generation_config, Mapping):
+        return _ids(generation_config.get("eos_token_id"))
+    return _ids(getattr(generation_config, "eos_token_id", None))
+
+
+def _ids(value: Any) -> set[int]:
+    if value is None:
+        return set()
+    return {int(v) for v in value} if isinstance(value, (list, tuple, set)) else {int(value)}
 
 
 def _rollout_ended_on_eos(record: RolloutRecord, last: int, rollout_eos: set[int] | None) -> bool | None:
@@ -285,6 +313,13 @@ def _rollout_ended_on_eos(record: RolloutRecord, last: int, rollout_eos: set[int
     if record.finish_reason in ("stop", "length"):
         return record.finish_reason == "stop"
     return None
+
+
+def _finish_metrics(records: list[RolloutRecord]) -> dict[str, float]:
+    """The share the engine cut at the length limit: the true truncation rate to hold against the
+    framework's own clip ratio (verl#7823 reported 0 while responses were cut at max_model_len)."""
+    told = [r.finish_reason for r in records if r.finish_reason]
+    return {"align/truncated_frac": sum(f == "length" for f in told) / len(told)} if told else {}
 
 
 def _staleness_metrics(records: list[RolloutRecord], trainer_policy_version: int | None) -> dict[str, float]:
@@ -478,6 +513,8 @@ def _ratio_stats(lp_train, lp_roll, mask, is_clip: float, xp: str) -> dict[str, 
     per_seq_tokens = weight.sum(1)
     has_tokens = per_seq_tokens > 0
     seq_geo = lib.exp(log_ratio.sum(1)[has_tokens] / per_seq_tokens[has_tokens])
+    ratio_sum, ratio_sq_sum = (ratio * weight).sum(), (ratio * ratio * weight).sum()
+    low, high = IS_MASK_BAND
     stats = {
         "align/logprob_abs_diff_mean": abs_lp.sum() / count,
         "align/logprob_abs_diff_max": abs_lp.max(),
@@ -485,13 +522,29 @@ def _ratio_stats(lp_train, lp_roll, mask, is_clip: float, xp: str) -> dict[str, 
         "align/prob_abs_diff_max": abs_p.max(),
         "align/kl_k1": -log_ratio.sum() / count,
         "align/kl_k3": k3.sum() / count,
-        "align/is_ratio_mean": (ratio * weight).sum() / count,
+        "align/is_ratio_mean": ratio_sum / count,
+        # Normalised effective sample size of the token IS weights (verl's rollout_is_eff_sample_size).
+        "align/is_ess": ratio_sum * ratio_sum / (count * ratio_sq_sum),
+        "align/is_masked_frac": lib.where((ratio < low) | (ratio > high), weight, 0.0).sum() / count,
         "align/is_ratio_max": lib.where(mask, ratio, -math.inf).max(),
         "align/is_ratio_min": lib.where(mask, ratio, math.inf).min(),
         "align/is_ratio_clip_frac": lib.where(ratio > is_clip, weight, 0.0).sum() / count,
         "align/seq_is_ratio_geo_mean": seq_geo.mean(),
     }
-    return _to_floats(stats, xp)
+    if count >= PEARSON_MIN_TOKENS:
+        stats["align/logprob_pearson"] = _pearson(lp_train, lp_roll, weight, count, lib)
+    return {k: v for k, v in _to_floats(stats, xp).items() if math.isfinite(v)}
+
+
+def _pearson(a, b, weight, count: int, lib):  # noqa: ANN001, ANN202
+    """Pearson correlation of the two sides' log-probs over the scored tokens: ~0.999 healthy, far
+    lower when one side's values are corrupted or misaligned although their mean difference (k1)
+    looks fine (ai-dynamo/dynamo#11640: k1 0.003, Pearson 0.05-0.62). NaN (dropped) when either
+    side is constant."""
+    da = (a - (a * weight).sum() / count) * weight
+    db = (b - (b * weight).sum() / count) * weight
+    var_a, var_b = (da * da).sum(), (db * db).sum()
+    return (da * db).sum() / lib.sqrt(var_a * var_b) if float(var_a) > 0 and float(var_b) > 0 else math.nan
 
 
 def _to_floats(stats: dict[str, Any], xp: str) -> dict[str, float]:

@@ -9,6 +9,7 @@ import hashlib
 import math
 import numbers
 import re
+import struct
 from typing import Any
 
 # --------------------------------------------------------------------------- where
@@ -65,7 +66,17 @@ def split_worker_key(key: str) -> tuple[str | None, str]:
 
 # Framework metric packs the backend ships (backend/detect/packs.py has their rules): a run or a
 # project enables them by name (`packs=["verl"]`).
-PACK_NAMES = ("verl", "trl", "slime", "nemo_rl", "skyrl", "prime_rl")
+# `moe` is no framework: it holds the levels of MoE models (Paritywatch's own k3 and router flips).
+PACK_NAMES = ("verl", "trl", "slime", "nemo_rl", "skyrl", "prime_rl", "moe")
+# The router flip rate of an MoE model, as a user logs it (`trainer_hooks.sample_identity.router_flip_rate`):
+# the share of (token, layer) top-k expert choices that differ between the rollout engine and the trainer.
+MOE_ROUTER_FLIP_RATE_KEY = "moe/router_flip_rate"
+
+
+# Kinds of rules (`POST /runs/{id}/rules`): a level, a trend, what a series started with, a
+# saw-tooth (backend/detect/); the scored ones take a score against the noise as their threshold.
+RULE_KINDS = ("threshold", "trend", "baseline", "sawtooth")
+SCORED_RULE_KINDS = ("trend", "sawtooth")
 
 
 def metric_key_problem(key: Any, max_length: int = MAX_KEY_LENGTH) -> str | None:
@@ -288,9 +299,19 @@ AUDIT_MAX_TOKEN_CHARS = 64  # a token string longer than this is cut (marked wit
 # Why a completion ended: on an eos id, cut at the length limit, on another stop (a stop string or
 # a stop id the trainer does not count as eos), or not known.
 FINISH_REASONS = ("eos", "length", "stop", "unknown")
-# Where a sample's first mismatch is: the trainer's re-render of the prompt, or where ids and
-# log-probs stop lining up.
-AUDIT_WINDOW_KINDS = ("rerender", "length")
+# Where a sample's first mismatch is: the trainer's re-render of the prompt, where ids and
+# log-probs stop lining up, where the ids the trainer trains on leave the sampled ones, or an eos id
+# the rollout sampled past.
+AUDIT_WINDOW_KINDS = ("rerender", "length", "ids", "eos")
+AUDIT_MAX_IMAGES = 32  # image grid rows a sample's image summary carries (more are cut)
+
+
+def token_ids_digest(ids: Any) -> str:
+    """The digest of a sample's completion ids (blake2b-128 of little-endian int64s). The rollout
+    computes it where it sampled them (`RolloutRecord.completion_ids_digest`); the trainer over the
+    ids it trains on: post-processing in between (huggingface/trl#7039) shows as a different digest."""
+    values = [int(i) for i in ids]
+    return hashlib.blake2b(struct.pack(f"<{len(values)}q", *values), digest_size=16).hexdigest()
 
 # --------------------------------------------------------------------------- weight attestations
 

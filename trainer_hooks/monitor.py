@@ -142,6 +142,7 @@ class ParityMonitor:
         self._closed = False
         self._last_step = 0
         self._processor: Any = None
+        self._generation_config: Any = None
         self._audit_top_k, self._audit_window = audit_top_k, audit_window
         # The fingerprint as posted = the processor's (registered) + the sampling_params component
         # (reported, maybe later: a process without it yet is "not comparable", never a mismatch).
@@ -260,6 +261,7 @@ class ParityMonitor:
         `{"enable_thinking": False}`); the chat probes are rendered with them.
         Returns a Future of the fingerprint (its exception if fingerprinting failed)."""
         self._processor = processor
+        self._generation_config = generation_config  # its eos ids count as eos in the audit and metrics
         with self._fingerprint_lock:
             self._fingerprints_in_flight += 1
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
@@ -354,32 +356,41 @@ class ParityMonitor:
 
     @_guarded(default=False)
     def log_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
-                          step: int | None = None, *, audit: bool = True) -> bool:
+                          step: int | None = None, *, audit: bool = True, trainer_ids: Any = None,
+                          trainer_images: Any = None) -> bool:
         """Compute the per-batch alignment metrics (docs/design.md, "Alignment metrics") and log them;
-        with `audit` (the default) also send the batch's per-sample audit (`audit_rollout_batch`),
-        rendering each prompt once for both. Runs on the caller's thread (a few ms for 64 x 1,024
-        tokens, plus what the processor's renders cost); never raises."""
+        with `audit` (the default) also send the batch's per-sample audit (`audit_rollout_batch`,
+        which takes `trainer_ids` and `trainer_images`), rendering each prompt once for both. The
+        eos ids of the generation config given to `register_processor` count as eos. Runs on the
+        caller's thread (a few ms for 64 x 1,024 tokens, plus what the processor's renders cost);
+        never raises."""
         from .alignment import compute_alignment_metrics, render_prompts  # lazy: may import numpy / torch
 
         records = list(records)
         processor = processor if processor is not None else self._processor
         step = self._last_step if step is None else step
         rendered = render_prompts(records, processor) if processor is not None else None
-        metrics = compute_alignment_metrics(records, processor, trainer_logprobs=trainer_logprobs, rendered=rendered)
+        metrics = compute_alignment_metrics(records, processor, trainer_logprobs=trainer_logprobs, rendered=rendered,
+                                            generation_config=self._generation_config)
         self.add_samples(len(records))
         logged = self.log(metrics, step)
         if audit:
-            self.audit_rollout_batch(records, processor, trainer_logprobs, step, rendered=rendered)
+            self.audit_rollout_batch(records, processor, trainer_logprobs, step, rendered=rendered,
+                                     trainer_ids=trainer_ids, trainer_images=trainer_images)
         return logged
 
     @_guarded(default=False)
     def audit_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
-                            step: int | None = None, *, trainer_eos_ids: Any = None, rendered: Any = None) -> bool:
+                            step: int | None = None, *, trainer_eos_ids: Any = None, rendered: Any = None,
+                            trainer_ids: Any = None, trainer_images: Any = None) -> bool:
         """Audit each sample of a rollout batch (length parity of ids and log-probs, first
-        re-render mismatch, finish reason; trainer_hooks/audit.py) and queue the batch's counts
-        with its `audit_top_k` worst samples for the worker thread to post. `trainer_eos_ids`:
-        what counts as eos (default: the processor's eos id). Never blocks on the network, never
-        raises; False when disabled or closed."""
+        re-render mismatch, the ids trained on against the ids sampled, finish reason, eos ids
+        sampled past, image features; trainer_hooks/audit.py) and queue the batch's counts with its
+        `audit_top_k` worst samples for the worker thread to post. `trainer_ids`: per record the
+        completion ids the trainer trains on; `trainer_images`: per record the trainer's
+        `sample_identity.image_features`. `trainer_eos_ids`: what counts as eos (default: the
+        processor's eos id and the registered generation config's). Never blocks on the network,
+        never raises; False when disabled or closed."""
         from .audit import audit_batch
 
         if not self.enabled or self._closed:
@@ -388,6 +399,8 @@ class ParityMonitor:
             self._after_fork()
         processor = processor if processor is not None else self._processor
         audit = audit_batch(records, processor, trainer_logprobs=trainer_logprobs, trainer_eos_ids=trainer_eos_ids,
+                            trainer_ids=trainer_ids, trainer_images=trainer_images,
+                            generation_config=self._generation_config,
                             step=contract.step_value(self._last_step if step is None else step),
                             top_k=self._audit_top_k, window=self._audit_window, rendered=rendered)
         self._worker.submit_audit(audit)

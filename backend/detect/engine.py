@@ -3,8 +3,8 @@ itself (backend/store/jobs.py), and sweeps heartbeats on a timer.
 
 Processor mismatch -> alert (and pause, per the run's on_mismatch); weights that differ from the
 trainer's -> alert (and pause, likewise), stale or older weights -> alert (backend/detect/attest.py);
-rule breaches -> alert and the rule's action; per-sample audits with length-parity or re-render
-failures -> sample_audit alerts; silent processes -> lost and heartbeat_lost
+rule breaches -> alert and the rule's action; per-sample audits with a failing cause (length parity,
+re-render, token identity, truncation, eos, image features) -> sample_audit alerts; silent processes -> lost and heartbeat_lost
 (backend/alerts/run_state.py).
 Conditions that clear auto-resolve.
 
@@ -31,8 +31,9 @@ from paritywatch.backend.alerts.hearing import HearingClock
 from paritywatch.backend.db import Database
 from paritywatch.backend.detect import audits as audit_logic
 from paritywatch.backend.detect import attest as attest_logic
+from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.detect import rules as rule_logic
-from paritywatch.backend.detect import trend
+from paritywatch.backend.detect import sawtooth, trend
 from paritywatch.backend.detect.parity import (bounded_diff, compute_parity, diff_cached, diff_is_cached,
                                                differing_components, mismatch_alerts, sampling_why)
 from paritywatch.backend.models import Rule, Run, utcnow
@@ -202,14 +203,18 @@ class DetectionEngine:
                 return True  # another evaluation, which saw at least these audits, took them
             window = self.settings.audit_clear_batches
             recent = audit_store.recent_audits(s, run_id, window)
+            samples: dict[int, list] = {}  # per failing batch, read once for all its causes
             for cause, finding in audit_logic.findings(recent).items():
                 key = f"sample_audit:{cause}"
                 if finding is None:
                     lifecycle.resolve_key(s, run, key, f"{window} audited batches in a row without this failure")
                     continue
-                example = audit_store.worst_sample(s, finding.audit_id, length_mismatch=cause == "length_parity")
-                lifecycle.fire(s, run, "sample_audit", "error", key, audit_logic.title_of(finding, example),
-                               audit_logic.detail_of(finding, example, window), finding.step)
+                if finding.audit_id not in samples:
+                    samples[finding.audit_id] = audit_store.batch_samples(s, finding.audit_id)
+                example = audit_logic.example_of(samples[finding.audit_id], cause)
+                lifecycle.fire(s, run, "sample_audit", audit_logic.CAUSES[cause].severity, key,
+                               audit_logic.title_of(finding, example), audit_logic.detail_of(finding, example, window),
+                               finding.step)
             return True
 
     # ------------------------------------------------------------ weights
@@ -316,9 +321,15 @@ class DetectionEngine:
             if not job_store.take(s, job.id):
                 return True  # evaluated already (another replica, or an earlier retry)
             bases = {split_worker_key(k)[1] for k in job.keys}
-            for rule in rule_store.enabled_rules_on(s, run, job.keys, bases):
+            rules = rule_store.enabled_rules_on(s, run, job.keys, bases)
+            stepped_aside = {r.id for r in rule_logic.superseded(rules)}
+            for rule in rules:
                 for series_key in _series_of(rule, job.keys):
-                    self._apply_rule(s, run, rule, series_key, job.spans.get(series_key))
+                    if rule.id in stepped_aside:  # an enabled pack judges this key at its own level
+                        lifecycle.resolve_key(s, run, rule_alert_key(rule, series_key),
+                                              "a pack of the run judges this key at its own level")
+                    else:
+                        self._apply_rule(s, run, rule, series_key, job.spans.get(series_key))
             return True
 
     def _apply_rule(self, s, run: Run, rule: Rule, series_key: str,  # noqa: ANN001
@@ -337,12 +348,16 @@ class DetectionEngine:
                       "keep_firing_for": rule.keep_firing_for, "pack": rule.pack,
                       "worker_id": split_worker_key(series_key)[0] if series_key != rule.key else None,
                       **measured.detail}
-            kind = "metric_trend" if rule.kind == "trend" else "metric_threshold"
+            why = _why(rule)
+            if why:
+                detail["why"] = why
+            # Trend, baseline and saw-tooth rules judge how a series moves, not one level.
+            kind = "metric_threshold" if rule.kind == "threshold" else "metric_trend"
             _, new = lifecycle.fire(s, run, kind, rule.severity, key, measured.title, detail, measured.step)
             if new and rule.action in ("pause", "stop"):
                 run_state.act_on_rule(s, run, rule.action, f"rule: {measured.title}")
         elif step_result.action == "resolve":
-            back = "steady again" if rule.kind == "trend" else "back within threshold"
+            back = "back within threshold" if rule.kind == "threshold" else "steady again"
             lifecycle.resolve_key(s, run, key, f"{series_key} {back}")
 
     # ------------------------------------------------------------ heartbeats
@@ -432,10 +447,23 @@ def rule_alert_key(rule: Rule, series_key: str) -> str:
     return f"rule:{rule.id}" if series_key == rule.key else f"rule:{rule.id}:{series_key}"
 
 
+def _why(rule: Rule) -> str | None:
+    """Why the rule's level means something to act on: a built-in's or its pack's source."""
+    if rule.pack in pack_catalog.PACKS:
+        return next((r.why for r in pack_catalog.PACKS[rule.pack].rules
+                     if (r.key, r.kind, r.comparison, r.threshold) == (rule.key, rule.kind, rule.comparison,
+                                                                         rule.threshold)), None)
+    return rule_logic.builtin_why(rule.key, rule.kind, rule.comparison) if rule.builtin else None
+
+
 def _measure(s, run_id: int, rule: Rule, series_key: str, firing: bool,  # noqa: ANN001
              span: BatchSpan | None = None) -> Measured:
     if rule.kind == "trend":
         return _measure_trend(s, run_id, rule, series_key, firing)
+    if rule.kind == "baseline":
+        return _measure_baseline(s, run_id, rule, series_key)
+    if rule.kind == "sawtooth":
+        return _measure_sawtooth(s, run_id, rule, series_key)
     if rule.aggregate == "last" and span is not None:
         return _measure_batch(rule, series_key, span)
     value, step = _aggregate(s, run_id, rule, series_key)
@@ -475,13 +503,63 @@ def _measure_trend(s, run_id: int, rule: Rule, series_key: str, firing: bool) ->
     return Measured(result.score, mk.last_step, result.breaches(min_score, rule.min_change or 0.0), reason, detail)
 
 
+def _measure_baseline(s, run_id: int, rule: Rule, series_key: str) -> Measured:  # noqa: ANN001
+    """The median of the series' first `window` points against the level: what the run started
+    with, before any weight update could move it."""
+    mk = metric_key(s, run_id, series_key)
+    if mk is None or mk.last_step is None or (mk.count or 0) < rule.window:
+        return Measured(None, None, False)
+    steps, values = _first_points(s, mk, rule.window)
+    value = rule_logic.baseline(values, rule.window)
+    if value is None:
+        return Measured(None, mk.last_step, False)
+    span = f"steps {int(steps[0])}-{int(steps[rule.window - 1])}"
+    title = (f"{series_key} started at {value:.4g} (median of its first {rule.window} points, {span}) "
+             f"{rule.comparison} {rule.threshold:g}: high from the start")
+    return Measured(value, mk.last_step, rule_logic.breached(value, rule.comparison, rule.threshold), title,
+                    {"baseline_steps": [int(steps[0]), int(steps[rule.window - 1])]})
+
+
+def _measure_sawtooth(s, run_id: int, rule: Rule, series_key: str) -> Measured:  # noqa: ANN001
+    mk = metric_key(s, run_id, series_key)
+    if mk is None or mk.last_step is None:
+        return Measured(None, None, False)
+    steps, values = _newest_series(s, mk, sawtooth.points_needed(rule.window))
+    result = sawtooth.assess(values, rule.window, rule.threshold)
+    if result is None or not result.teeth:
+        return Measured(result.score if result else None, mk.last_step, False)
+    reason = result.reason(series_key, steps)  # the teeth index the points read: steps[i] is point i's
+    detail = {"score": result.score, "teeth": len(result.teeth), "noise": result.noise, "points": result.points,
+              "resets_at_steps": [int(steps[t.reset_at]) for t in result.teeth], "reason": reason}
+    return Measured(result.score, mk.last_step, result.breaches(rule.threshold), reason, detail)
+
+
 def _newest_points(s, mk, wanted: int):  # noqa: ANN001, ANN202
-    """About the newest `wanted` points of a series: a step range sized from the series' mean
-    spacing (twice over, for gaps), so the read stays bounded however long the series is."""
-    spacing = max(1.0, (mk.last_step - (mk.first_step or 0)) / max(1, (mk.count or 1) - 1))
-    lo = max(mk.first_step or 0, int(mk.last_step - 2 * wanted * spacing))
-    _, values = read_raw(s, mk.id, lo, None)
-    return values[-wanted:]
+    return _newest_series(s, mk, wanted)[1]
+
+
+def _newest_series(s, mk, wanted: int):  # noqa: ANN001, ANN202
+    """About the newest `wanted` points of a series (steps, values): a step range sized from the
+    series' mean spacing (twice over, for gaps), so the read stays bounded however long it is."""
+    lo = max(mk.first_step or 0, int(mk.last_step - 2 * wanted * _spacing(mk)))
+    steps, values = read_raw(s, mk.id, lo, None)
+    return steps[-wanted:], values[-wanted:]
+
+
+def _first_points(s, mk, wanted: int):  # noqa: ANN001, ANN202
+    """The oldest `wanted` points of a series (steps, values), read in widening step ranges."""
+    first = mk.first_step or 0
+    width = 2 * wanted * _spacing(mk)
+    while True:
+        hi = int(first + width)
+        steps, values = read_raw(s, mk.id, first, hi + 1)
+        if len(values) >= wanted or hi >= mk.last_step:
+            return steps[:wanted], values[:wanted]
+        width *= 4
+
+
+def _spacing(mk) -> float:  # noqa: ANN001
+    return max(1.0, (mk.last_step - (mk.first_step or 0)) / max(1, (mk.count or 1) - 1))
 
 
 def _aggregate(s, run_id: int, rule: Rule, series_key: str) -> tuple[float | None, int | None]:  # noqa: ANN001

@@ -5,6 +5,11 @@ A pack is enabled per run or per project by name; enabling it adds its rules (ma
 pack's name) to that scope, where they behave like any rule and can be retuned or disabled one by
 one. Where a framework documents no level for a metric, the rule says so in `why` and states the
 value chosen and the reason. `suggest` names the packs whose metrics a run already posts.
+
+The `moe` pack is no framework: it says "this run trains a mixture-of-experts model". Its rules
+hold MoE levels for Paritywatch's own `align/*` keys and the router flip rate; a pack rule on the
+same key, kind and direction as a built-in rule takes its place for that run (`supersedes`), so
+an MoE run is judged at MoE levels, not dense ones.
 """
 from __future__ import annotations
 
@@ -21,10 +26,13 @@ class PackRule:
     why: str  # the source of the level, or why it was chosen where the framework gives none
     severity: str = "warning"
     consecutive: int = 1
+    kind: str = "threshold"
+    window: int = 1
 
     def as_rule(self, pack: str) -> dict:
         return dict(key=self.key, comparison=self.comparison, threshold=self.threshold, severity=self.severity,
-                    consecutive=self.consecutive, action="alert", aggregate="last", window=1, pack=pack)
+                    consecutive=self.consecutive, action="alert", aggregate="last", window=self.window,
+                    kind=self.kind, pack=pack)
 
 
 @dataclass(frozen=True)
@@ -33,13 +41,21 @@ class Pack:
     framework: str
     source: str  # where the framework documents its metrics
     rules: tuple[PackRule, ...] = field(default_factory=tuple)
+    # The keys whose arrival suggests the pack (default: all its keys; `moe` shares align/* with every run).
+    hint_keys: frozenset[str] | None = None
 
     @property
     def keys(self) -> frozenset[str]:
         return frozenset(r.key for r in self.rules)
 
+    @property
+    def suggested_by(self) -> frozenset[str]:
+        return self.keys if self.hint_keys is None else self.hint_keys
+
 
 VERL_DOC = "verl docs/algo/rollout_corr.md, example alert checks"
+MOE_K3_WHY = ("typical k3 KL between rollout and trainer is 1e-3 to 1e-1 for MoE models (1e-5 to 1e-3 for dense; LMSYS "
+              "blog, 2026-01-16): above 0.1 is past the top of the MoE range")
 _LOGP_DIFF_WHY = ("{fw} documents no level; 0.1 is slime's CI gate for the same quantity (mean |train - rollout| "
                   "log-prob, THUDM/slime#1968), about 7x the healthy 0.015 TRL reports in huggingface/trl#5312")
 
@@ -90,6 +106,16 @@ PACKS: dict[str, Pack] = {p.name: p for p in (
                  "(1e-5 to 1e-3, LMSYS 2026-01-16) and Paritywatch's align/kl_k3 level; MoE runs (1e-3 to 1e-1) "
                  "should raise it"),
     )),
+    Pack("moe", "MoE models", "LMSYS blog 2026-01-16 (k3 ranges); NVIDIA/Megatron-LM#4168 (router disagreement)", (
+        PackRule("align/kl_k3", ">", 0.1, f"{MOE_K3_WHY}; takes the place of the dense built-in level 0.01"),
+        PackRule("align/kl_k3", ">", 0.1, f"{MOE_K3_WHY}, already at the run's start (median of its first 10 "
+                                          "points): a model-definition difference; takes the place of the dense "
+                                          "built-in start level 0.015", kind="baseline", window=10),
+        PackRule("moe/router_flip_rate", ">", 0.05,
+                 "NVIDIA/Megatron-LM#4168: ~10% of routers disagreeing per forward pass between inference and "
+                 "training engines collapsed 3 of 3 Qwen3-30B-A3B GRPO runs without routing replay (R3); 0.05 is "
+                 "half of that: enable routing replay (Megatron moe_enable_routing_replay, verl router_replay R3)"),
+    ), hint_keys=frozenset({"moe/router_flip_rate"})),
 )}
 assert tuple(PACKS) == PACK_NAMES  # one list of names, in the wire contract
 
@@ -110,14 +136,14 @@ class Suggestion:
 
 
 def all_keys() -> frozenset[str]:
-    return frozenset().union(*(p.keys for p in PACKS.values()))
+    return frozenset().union(*(p.suggested_by for p in PACKS.values()))
 
 
 def suggest(run_keys: set[str], enabled: set[str]) -> list[Suggestion]:
     """Packs not enabled yet whose metrics the run posts."""
     out = []
     for name, pack in PACKS.items():
-        seen = sorted(pack.keys & run_keys)
+        seen = sorted(pack.suggested_by & run_keys)
         if name not in enabled and seen:
             out.append(Suggestion(name, tuple(seen)))
     return out

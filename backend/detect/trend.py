@@ -65,7 +65,7 @@ def assess(values: np.ndarray, window: int, blocks: int = DEFAULT_BLOCKS, direct
         return None
     newest = np.asarray(values[-n_blocks * window:], dtype=np.float64)
     medians = np.median(newest.reshape(n_blocks, window), axis=1)
-    noise = _block_noise(newest, medians, window)
+    noise = block_noise(newest, medians, window)
     sign = 1.0 if direction == "up" else -1.0
     candidates = [_result("step", medians[-1], medians[-2], noise, sign, len(newest))]
     if n_blocks > 2:
@@ -79,7 +79,7 @@ def _result(test: str, recent: float, reference: float, noise: float, sign: floa
                        noise, points)
 
 
-def _block_noise(points: np.ndarray, medians: np.ndarray, window: int) -> float:
+def block_noise(points: np.ndarray, medians: np.ndarray, window: int) -> float:
     """Standard error of one block's median. Estimated inside each block (each point's distance to
     its block's median, which a trend or a step between blocks barely moves) and the median taken
     over blocks, so that the one block a step falls into cannot inflate it."""

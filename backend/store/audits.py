@@ -21,7 +21,12 @@ from paritywatch.backend.store.paging import PageRequest, keyset, split_page
 from paritywatch.backend.store.runs import get_component, get_run
 
 SAMPLE_FIELDS = ("finish", "finish_reason", "n_ids", "n_rollout_logprobs", "n_trainer_logprobs", "length_mismatch",
-                 "prompt_len", "rendered_len", "rerender_first_diff", "windows")
+                 "prompt_len", "rendered_len", "rerender_first_diff", "windows", "n_trainer_ids", "ids_mismatch",
+                 "ids_first_diff", "truncated", "finish_lost", "eos_ignored_at", "images_mismatch", "rollout_images",
+                 "trainer_images")
+# Counts of a batch that are failures (the hooks' names, trainer_hooks/audit.py); `failing` is their largest.
+FAILURE_COUNTS = ("length_mismatch", "rerender_mismatch", "ids_mismatch", "truncated", "finish_lost", "eos_ignored",
+                  "images_mismatch")
 
 
 def store_audit(db: Database, run_id: int, body: dict[str, Any]) -> int | None:
@@ -57,7 +62,8 @@ def _audit_row(run_id: int, body: dict[str, Any]) -> SampleAudit:
     return SampleAudit(run_id=run_id, component_id=body.get("component_id"), client_id=body["client_id"],
                        seq=body["seq"], step=body.get("step"), samples=counts["samples"],
                        length_mismatches=counts["length_mismatch"], rerender_mismatches=counts["rerender_mismatch"],
-                       truncated=counts["finish_length"], counts=counts)
+                       truncated=counts["finish_length"], counts=counts,
+                       failing=max(counts.get(name, 0) for name in FAILURE_COUNTS))
 
 
 def _sample_row(audit_id: int, run_id: int, rank: int, sample: dict[str, Any]) -> SampleAuditSample:
@@ -77,12 +83,12 @@ class AuditRead:
 
 def list_audits(db: Database, run_id: int, page: PageRequest, failing: bool = False) -> tuple[list[AuditRead], int | None]:
     """A page of the run's audited batches, newest first, each with its samples worst first.
-    `failing`: only batches with a length-parity failure or a re-render mismatch."""
+    `failing`: only batches with a failure of any cause."""
     with db.read() as s:
         get_run(s, run_id)
         q = select(SampleAudit).where(SampleAudit.run_id == run_id)
         if failing:
-            q = q.where((SampleAudit.length_mismatches > 0) | (SampleAudit.rerender_mismatches > 0))
+            q = q.where(SampleAudit.failing > 0)
         audits, after = split_page(s.scalars(keyset(q, SampleAudit.id, page)), page, lambda a: a.id)
         samples = _samples_of(s, [a.id for a in audits])
         workers = _worker_ids(s, {a.component_id for a in audits if a.component_id is not None})
@@ -124,9 +130,7 @@ def recent_audits(s: Session, run_id: int, limit: int) -> list[SampleAudit]:
                           .order_by(SampleAudit.id.desc()).limit(limit)))
 
 
-def worst_sample(s: Session, audit_id: int, length_mismatch: bool) -> SampleAuditSample | None:
-    """The batch's worst sample with a length mismatch (or, with False, with a re-render mismatch)."""
-    q = select(SampleAuditSample).where(SampleAuditSample.audit_id == audit_id)
-    q = q.where(SampleAuditSample.length_mismatch.is_(True)) if length_mismatch else \
-        q.where(SampleAuditSample.rerender_first_diff.is_not(None))
-    return s.scalar(q.order_by(SampleAuditSample.rank).limit(1))
+def batch_samples(s: Session, audit_id: int) -> list[SampleAuditSample]:
+    """The samples a batch sent (at most `contract.AUDIT_MAX_SAMPLES`), worst first."""
+    q = select(SampleAuditSample).where(SampleAuditSample.audit_id == audit_id).order_by(SampleAuditSample.rank)
+    return list(s.scalars(q))

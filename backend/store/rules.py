@@ -9,6 +9,7 @@ from paritywatch.backend.errors import Invalid
 from paritywatch.backend.models import Rule, RuleSeriesState, RuleState, Run
 from paritywatch.backend.store.rows import get_or_404
 from paritywatch.backend.store.runs import get_run
+from trainer_hooks.contract import SCORED_RULE_KINDS
 
 
 def _applies_to(run_id: int, project: str | None):  # noqa: ANN202
@@ -70,8 +71,8 @@ def update_rule_in(s: Session, rule_id: int, fields: dict) -> Rule:
     rule = _get(s, rule_id)
     for field, value in fields.items():
         setattr(rule, field, value)
-    if rule.kind == "trend" and rule.threshold <= 0:
-        raise Invalid("a trend rule's threshold is a score and must stay > 0")
+    if rule.kind in SCORED_RULE_KINDS and rule.threshold <= 0:
+        raise Invalid(f"a {rule.kind} rule's threshold is a score and must stay > 0")
     s.flush()
     return rule
 

@@ -74,6 +74,9 @@ function item(alert, me, onChanged) {
         components.length ? ` · ${components.join(', ')}` : '',
         alert.kind === 'metric_threshold' && alert.detail ? ` · ${alert.detail.key} ${alert.detail.aggregate || ''} = ${alert.detail.value} ${alert.detail.comparison} ${alert.detail.threshold}` : ''),
       alert.kind === 'sample_audit' ? auditReason(alert.detail || {}) : null,
+      // a built-in or pack rule says what its level means and where it comes from
+      alert.kind !== 'sample_audit' && alert.detail?.rule_id && alert.detail.why
+        ? h('div', { class: 'small alert-why' }, h('p', {}, h('strong', {}, 'Why: '), alert.detail.why)) : null,
       h('div', { class: 'alert-actions' },
         diff ? h('button', { class: 'button small', dataset: { action: 'show-diff' }, on: { click: () => openDiff(alert.title || 'Processor mismatch', diff, diffFocus(diff)) } }, 'Show diff') : null,
         alert.status === 'firing' ? h('button', { class: 'button small', disabled: !admin, dataset: { action: 'acknowledge' },

@@ -282,7 +282,8 @@ export function decorations(key, ctx) {
       fillcolor: COLORS.error, opacity: 0.08, line: { width: 0 }, layer: 'below' });
   }
   for (const rule of ctx.rules || []) {
-    if (rule.key !== key || rule.enabled === false || rule.kind === 'trend') continue;  // a trend's threshold is a score
+    // a trend's or a saw-tooth's threshold is a score, not a level of the metric
+    if (rule.key !== key || rule.enabled === false || rule.kind === 'trend' || rule.kind === 'sawtooth') continue;
     const color = COLORS[rule.severity] || COLORS.warning;
     shapes.push({ type: 'line', xref: 'paper', x0: 0, x1: 1, yref: 'y', y0: rule.threshold, y1: rule.threshold,
       line: { color, width: 1.2, dash: 'dash' } });

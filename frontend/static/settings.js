@@ -82,6 +82,8 @@ export function renderRunSettings(container, runId, me, onRules) {  // returns a
   }
 
   function condition(rule) {
+    if (rule.kind === 'baseline') return `start: median of the first ${rule.window} points ${rule.comparison} ${rule.threshold}`;
+    if (rule.kind === 'sawtooth') return `saw-tooth: climbs and falls back twice, each ≥ ${rule.threshold}× noise (blocks of ${rule.window} points)`;
     if (rule.kind !== 'trend') return `${rule.aggregate} over ${rule.window} step(s) ${rule.comparison} ${rule.threshold}`;
     const way = rule.comparison.startsWith('>') ? 'rises' : 'falls';
     return `trend: median ${way} ≥ ${rule.threshold}× noise (blocks of ${rule.window} points)` + (rule.min_change ? ` and by ≥ ${rule.min_change}` : '');
@@ -91,8 +93,8 @@ export function renderRunSettings(container, runId, me, onRules) {  // returns a
     const error = h('p', { class: 'form-error', role: 'alert' });
     const form = h('form', { class: 'form-grid' },
       field('Metric key', h('input', { name: 'key', required: true, placeholder: 'align/kl_k3' })),
-      field('Kind', h('select', { name: 'kind', title: 'threshold: a level; trend: a step or drift of the median, scored against the noise (threshold = score, e.g. 8; window = points per block)' },
-        h('option', { value: 'threshold' }, 'threshold'), h('option', { value: 'trend' }, 'trend'))),
+      field('Kind', h('select', { name: 'kind', title: 'threshold: a level; trend: a step or drift of the median, scored against the noise (threshold = score, e.g. 8; window = points per block); baseline: the median of the first window points against the threshold; sawtooth: climbs that fall back at once, twice (threshold = score, e.g. 8)' },
+        ['threshold', 'trend', 'baseline', 'sawtooth'].map((kind) => h('option', { value: kind }, kind)))),
       field('Aggregate', select('aggregate', ['last', 'mean', 'max', 'min'], 'last')),
       field('Window (steps)', h('input', { name: 'window', type: 'number', min: 1, value: 1, required: true })),
       field('Comparison', select('comparison', ['>', '>=', '<', '<='], '>')),

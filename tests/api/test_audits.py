@@ -75,7 +75,9 @@ def test_hooks_post_audits_over_http_the_worst_samples_read_back_and_alerts_foll
         [audit] = api.get(f"/api/v1/runs/{run_id}/audits").json()["audits"]
         assert audit["step"] == 5 and audit["worker_id"] == run["components"][0]["worker_id"]
         assert audit["counts"] == {"samples": 4, "length_mismatch": 1, "rerender_checked": 4, "rerender_mismatch": 1,
-                                   "finish_eos": 3, "finish_length": 1, "finish_stop": 0, "finish_unknown": 0}
+                                   "finish_eos": 3, "finish_length": 1, "finish_stop": 0, "finish_unknown": 0,
+                                   "ids_checked": 0, "ids_mismatch": 0, "truncated": 0, "finish_lost": 0,
+                                   "eos_ignored": 0, "images_checked": 0, "images_mismatch": 0}
         length, rerender = audit["samples"]  # top 2 of 3 findings, worst first; the cut is left out
         assert (length["index"], length["rank"], length["length_mismatch"]) == (1, 0, True)
         assert (rerender["index"], rerender["rank"], rerender["windows"][0]["kind"]) == (2, 1, "rerender")
@@ -196,3 +198,67 @@ def test_retention_drops_audits_received_before_the_cutoff_with_their_samples(db
         assert steps == [4, 3]
         with app.state.db.read() as s:
             assert s.scalar(select(func.count()).select_from(SampleAuditSample)) == 2 * 2
+
+
+def test_identity_truncation_eos_and_image_causes_alert_over_http_and_a_healthy_twin_stays_quiet(db_url, tmp_path) -> None:
+    """The hooks on the trainer side with real processors: a LlavaProcessor (its image tokens and
+    pixel values) and a generation config listing two eos ids. One run gets a batch with each new
+    cause; its healthy twin, the same samples trained as sampled, raises nothing."""
+    from transformers import AutoProcessor, GenerationConfig
+
+    from tests.fixtures.tokenizers import build_multimodal_processor
+    from tests.unit.test_audit import identity_record, sampled
+    from trainer_hooks.sample_identity import image_features
+
+    processor = AutoProcessor.from_pretrained(build_multimodal_processor(tmp_path, image_size=32))
+    tok = processor.tokenizer
+    image_id, endoftext = tok.convert_tokens_to_ids("<image>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    generation_config = GenerationConfig(eos_token_id=[tok.eos_token_id, endoftext])
+    image = __import__("numpy").random.default_rng(1).integers(0, 256, (40, 48, 3), dtype="uint8")
+    with_image = processor(text=["<image>Describe it."], images=[image], return_tensors="np")
+    seen = image_features(with_image, image_id)
+    without = image_features(processor(text=["Describe it."], return_tensors="np"), image_id)  # no features
+    assert seen["images"] == 1 and seen["image_tokens"] > 1 and without["images"] == 0
+
+    ids = sampled(tok, "It is 6, and 7.", split="6,", eos=tok.eos_token_id)
+    past_eos = sampled(tok, "It is 6.", eos=endoftext) + sampled(tok, " More.", eos=tok.eos_token_id)
+    records = [identity_record(tok, ids, images=seen), identity_record(tok, ids, images=seen),
+               identity_record(tok, past_eos), identity_record(tok, ids[:-1], finish=None, digest=False),
+               identity_record(tok, ids, images=seen)]
+    retokenized = tok.encode(tok.decode(ids), add_special_tokens=False)
+    bad_ids = [retokenized, ids[:4], past_eos, ids[:-1], ids]
+    bad_images = [seen, seen, None, None, without]
+    good_ids = [ids, ids, past_eos[:past_eos.index(endoftext) + 1], ids[:-1], ids]
+    good = [identity_record(tok, ids, images=seen), identity_record(tok, ids, images=seen),
+            identity_record(tok, good_ids[2]), identity_record(tok, ids[:-1], finish="length"),
+            identity_record(tok, ids, images=seen)]
+    with ThreadServer(Settings(database_url=db_url, **FAST)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
+        with ParityMonitor("identity-bad", url=srv.url, spool_dir=tmp_path / "s1", audit_top_k=8) as monitor:
+            monitor.register_processor(processor, generation_config=generation_config).result(60)
+            assert monitor.log_rollout_batch(records, trainer_ids=bad_ids, trainer_images=bad_images, step=3)
+            assert monitor.flush(30)
+        with ParityMonitor("identity-good", url=srv.url, spool_dir=tmp_path / "s2") as twin:
+            twin.register_processor(processor, generation_config=generation_config).result(60)
+            assert twin.log_rollout_batch(good, trainer_ids=good_ids, trainer_images=[seen, seen, None, None, seen],
+                                          step=3)
+            assert twin.flush(30)
+        runs = {r["name"]: r["id"] for r in api.get("/api/v1/runs").json()["runs"]}
+        expected = {"token_identity": "error", "truncation": "warning", "eos_ignored": "error",
+                    "finish_lost": "warning", "image_features": "error"}
+        alerts = wait_for(lambda: (a := sample_alerts(api, runs["identity-bad"])) and len(a) == len(expected) and a)
+        assert {k.split(":")[1]: a["severity"] for k, a in alerts.items()} == expected
+        for key, alert in alerts.items():
+            assert alert["detail"]["why"] and alert["detail"]["action"] and "#" in alert["detail"]["why"], key
+        assert "(rollout 1 image 32x32" in alerts["sample_audit:image_features"]["title"]
+        assert "trainer no image features" in alerts["sample_audit:image_features"]["title"]
+        assert "(4 of" in alerts["sample_audit:truncation"]["title"]
+        [audit] = api.get(f"/api/v1/runs/{runs['identity-bad']}/audits", params={"failing": "true"}).json()["audits"]
+        shown = {s["index"]: s for s in audit["samples"]}
+        assert shown[0]["windows"][0]["kind"] == "ids" and shown[2]["windows"][0]["kind"] == "eos"
+        assert shown[4]["trainer_images"] == {"images": 0, "grid": [], "image_tokens": 0}
+        # the healthy twin: audited, clean, no alert
+        [clean] = api.get(f"/api/v1/runs/{runs['identity-good']}/audits").json()["audits"]
+        assert clean["samples"] == [] or all(s["finish"] == "length" for s in clean["samples"])
+        assert clean["counts"]["ids_checked"] == 5 and clean["counts"]["images_checked"] == 3
+        assert sample_alerts(api, runs["identity-good"]) == {}
+        assert api.get(f"/api/v1/runs/{runs['identity-good']}/audits", params={"failing": "true"}).json()["audits"] == []

@@ -72,3 +72,32 @@ def test_the_audit_shows_token_windows_with_the_mismatch_marked_and_markup_as_te
     alerts.first.locator("[data-action=show-audit]").click()
     expect(section).to_be_in_viewport()
     assert page_problems(page)["errors"] == []
+
+
+def test_the_audit_shows_trained_ids_that_left_the_sampled_ones_a_trainer_cut_and_missing_image_features(
+        page, server, tmp_path):
+    from transformers import AutoTokenizer
+
+    from tests.fixtures.tokenizers import build_chatml_tokenizer
+    from tests.unit.test_audit import identity_record, sampled
+
+    tok = AutoTokenizer.from_pretrained(build_chatml_tokenizer(tmp_path))
+    ids = sampled(tok, "It is 6, and 7.", split="6,", eos=tok.eos_token_id)
+    seen = {"images": 1, "grid": [[1, 4, 6]], "image_tokens": 6}
+    records = [identity_record(tok, ids), identity_record(tok, ids), identity_record(tok, ids, images=seen)]
+    trained = [tok.encode(tok.decode(ids), add_special_tokens=False), ids[:4], ids]
+    with ParityMonitor("identity-in-browser", project="audit-ui-2", url=server.url, spool_dir=tmp_path / "spool") as m:
+        assert m.audit_rollout_batch(records, tok, trainer_ids=trained,
+                                     trainer_images=[None, None, {"images": 0, "grid": [], "image_tokens": 0}], step=4)
+        assert m.flush(30)
+        [run] = httpx.get(f"{server.url}/api/v1/runs", params={"project": "audit-ui-2"}).json()["runs"]
+        page.goto(f"{server.url}/#/runs/{run['id']}")
+        batch = page.locator("#audit .audit-batch[data-step='4']")
+        head = batch.locator(".audit-batch-head")
+        for badge in ("1 trained ids ≠ sampled", "1 cut by the trainer", "1 image features differ"):
+            expect(head).to_contain_text(badge)
+        expect(batch.locator(".token-window[data-kind=ids]")).to_have_count(2)  # where they part; where the cut is
+        expect(batch.locator("[data-finding=truncated]")).to_contain_text(f"4 of {len(ids)} sampled ids")
+        expect(batch.locator("[data-finding=images]")).to_contain_text(
+            "images: rollout 1 image 1×4×6, 6 image tokens; trainer no image features")
+        assert page_problems(page)["errors"] == []

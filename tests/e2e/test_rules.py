@@ -56,14 +56,17 @@ def test_rule_needs_n_consecutive_breaches_then_pauses_and_resolves(api):
 def test_builtin_align_rules(api):
     rid = api.post("/api/v1/runs", json={"name": "r"}).json()["id"]
     rules = api.get(f"/api/v1/runs/{rid}/rules").json()["rules"]
-    keys = {r["key"]: r for r in rules if r["builtin"]}
+    keys = {r["key"]: r for r in rules if r["builtin"] and r["kind"] == "threshold"}
     assert keys["align/prompt_rerender_mismatch_frac"]["action"] == "pause"
     assert keys["align/kl_k3"]["threshold"] == 0.01 and keys["align/kl_k3"]["severity"] == "warning"
     post(api, rid, 1, 1, align__kl_k3=0.02)
     alerts = open_alerts(api, rid)
     assert [a["severity"] for a in alerts] == ["warning"]
     assert api.get(f"/api/v1/runs/{rid}/control").json()["state"] == "running"  # warning: alert only
-    assert {r["keep_firing_for"] for r in keys.values()} == {10}
+    assert {r["keep_firing_for"] for r in rules if r["builtin"]} == {10}
+    shapes = {(r["key"], r["kind"]): r for r in rules if r["builtin"] and r["kind"] != "threshold"}
+    assert shapes[("align/kl_k3", "baseline")]["threshold"] == 0.015 and shapes[("align/kl_k3", "baseline")]["per_worker"]
+    assert shapes[("align/kl_k3", "sawtooth")]["threshold"] == 8.0 and shapes[("align/kl_k3", "sawtooth")]["window"] == 25
     for seq in range(2, 12):  # ten clean batches: still firing (a healthy worker's batch is no all-clear)
         assert len(open_alerts(api, rid)) == 1, seq
         post(api, rid, seq, seq, align__kl_k3=0.001)

@@ -84,6 +84,8 @@ EXPECTED = {
     "align/is_ratio_min": 0.5,
     "align/is_ratio_clip_frac": 1 / 6,  # only r = 4 exceeds C = 2; r = 2 sits on the threshold
     "align/seq_is_ratio_geo_mean": (1.0 + 4 ** (1 / 3)) / 2,  # (1*2*0.5)^(1/3) = 1, (4*1*1)^(1/3)
+    "align/is_ess": 9.5 ** 2 / (6 * 23.25),  # (sum r)^2 / (n sum r^2): sum r^2 = 1 + 4 + 0.25 + 16 + 1 + 1
+    "align/is_masked_frac": 0.0,  # every ratio inside IcePop's [0.5, 5]
 }
 
 
@@ -114,8 +116,10 @@ def test_dense_torch_trainer_logprobs_pick_torch_and_match():
     torch = pytest.importorskip("torch")
     dense = torch.tensor(logs(P_TRAIN) + [[0.0] * 3], dtype=torch.float32)[:2]
     metrics = compute_alignment_metrics(hand_records(), trainer_logprobs=dense)
-    # float32 input: close, not bit-exact
+    # float32 input: close, not bit-exact (a ratio of exactly 0.5, on IcePop's band edge, may round under it)
     for name, value in EXPECTED.items():
+        if name == "align/is_masked_frac":
+            continue
         assert metrics[name] == pytest.approx(value, rel=1e-6), name
 
 
@@ -145,6 +149,62 @@ def test_masked_and_non_finite_tokens_are_ignored(backend):
 def test_clip_threshold_is_configurable():
     metrics = compute_alignment_metrics(hand_records(), trainer_logprobs=logs(P_TRAIN), is_clip=1.5)
     assert metrics["align/is_ratio_clip_frac"] == pytest.approx(2 / 6)  # r = 2 and r = 4
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_pearson_sees_a_corrupted_log_prob_transport_that_k1_misses(backend):
+    """ai-dynamo/dynamo#11640's shape: the rollout's log-probs arrive misassigned to their tokens
+    (here: each sequence's log-probs in another order). Their mean barely moves (k1 stays small),
+    their correlation with the trainer's collapses and k3 grows; a healthy twin with bf16-sized
+    noise keeps Pearson at ~0.999."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+    trainer = np.log(rng.dirichlet(np.full(50, 0.3), size=(16, 64)).max(axis=-1))  # sampled-token log-probs
+    healthy = trainer + rng.normal(0, 0.02, trainer.shape)
+    corrupted = np.stack([rng.permutation(row) for row in healthy])
+
+    def metrics(rollout):  # noqa: ANN202
+        records = [RolloutRecord(prompt_ids=[1], completion_ids=list(range(64)), rollout_logprobs=row.tolist())
+                   for row in rollout]
+        return compute_alignment_metrics(records, trainer_logprobs=trainer, backend=backend)
+
+    good, bad = metrics(healthy), metrics(corrupted)
+    assert good["align/logprob_pearson"] == pytest.approx(np.corrcoef(trainer.ravel(), healthy.ravel())[0, 1])
+    assert good["align/logprob_pearson"] > 0.99
+    assert bad["align/logprob_pearson"] < 0.5 and abs(bad["align/kl_k1"]) < 0.01  # k1 looks plausible
+    assert bad["align/kl_k3"] > 50 * good["align/kl_k3"]
+
+
+def test_pearson_is_left_out_for_a_constant_side_or_too_few_tokens():
+    records = [RolloutRecord(prompt_ids=[1], completion_ids=list(range(20)), rollout_logprobs=[-1.0] * 20)]
+    assert "align/logprob_pearson" not in compute_alignment_metrics(records, trainer_logprobs=[[-0.5] * 20])
+    assert "align/logprob_pearson" not in compute_alignment_metrics(hand_records(), trainer_logprobs=logs(P_TRAIN))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_temperature_mismatch_shows_in_the_ess_and_the_tokens_a_mask_would_drop(backend):
+    """The rollout samples at T=0.6 while the trainer scores at T=1 (huggingface/trl#4159): the
+    effective sample size falls and a token mask at IcePop's band would drop a good share of the
+    tokens, which is what hides the mismatch; the same temperature on both sides is a clean batch."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0, 1, size=(32, 48, 200))
+
+    def log_softmax(x):  # noqa: ANN202
+        x = x - x.max(axis=-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+    cold = log_softmax(logits / 0.6)
+    tokens = np.array([[rng.choice(200, p=np.exp(row)) for row in seq] for seq in cold])
+    take = lambda lp: np.take_along_axis(lp, tokens[..., None], axis=-1)[..., 0]  # noqa: E731
+    records = [RolloutRecord(prompt_ids=[1], completion_ids=t.tolist(), rollout_logprobs=lp.tolist())
+               for t, lp in zip(tokens, take(cold))]
+    mismatched = compute_alignment_metrics(records, trainer_logprobs=take(log_softmax(logits)), backend=backend)
+    matched = compute_alignment_metrics(records, trainer_logprobs=take(cold) + rng.normal(0, 0.01, tokens.shape),
+                                        backend=backend)
+    assert mismatched["align/is_masked_frac"] > 0.1 and matched["align/is_masked_frac"] == 0.0
+    assert mismatched["align/is_ess"] < 0.7 and matched["align/is_ess"] > 0.99
+    assert 0.5 < matched["align/is_ratio_mean"] < 2
 
 
 def test_uncomputable_metrics_are_omitted_never_nan():
@@ -185,6 +245,7 @@ def test_identical_processors_report_zero_mismatch(tokenizer):
         "align/decode_mismatch_frac": 0.0,
         "align/out_of_vocab_frac": 0.0,
         "align/eos_disagreement_frac": 0.0,
+        "align/truncated_frac": 0.0,
         "rollout/staleness_mean": 0.0,
         "rollout/staleness_max": 0.0,
     }

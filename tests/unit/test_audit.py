@@ -107,8 +107,11 @@ def test_finish_reasons_eos_length_and_another_stop(tokenizers) -> None:
     audit = audit_batch(records, rollout)
     counts = audit["counts"]
     assert (counts["finish_eos"], counts["finish_length"], counts["finish_stop"], counts["finish_unknown"]) == (1, 1, 2, 1)
-    # A cut is worth showing; clean samples are not.
-    assert [(s["index"], s["finish"], s["windows"]) for s in audit["samples"]] == [(1, "length", [])]
+    # No finish reason and no eos at the end: it may have been cut unseen (worse than a cut the engine
+    # reported); a cut is worth showing; clean samples are not.
+    assert counts["finish_lost"] == 1
+    assert [(s["index"], s["finish"], s["finish_lost"], s["windows"]) for s in audit["samples"]] == [
+        (4, "unknown", True, []), (1, "length", False, [])]
 
 
 def test_bounded_to_top_k_worst_first_and_clean_batches_send_no_samples(tokenizers) -> None:
@@ -134,3 +137,136 @@ def test_token_strings_are_raw_text_cut_to_the_contract_length(tmp_path) -> None
     assert "<script>" in "".join(tokens)  # the hooks send text as it is; the dashboard shows it as text
     assert long_token[:contract.AUDIT_MAX_TOKEN_CHARS - 1] + "…" in tokens
     assert all(len(t) <= contract.AUDIT_MAX_TOKEN_CHARS for t in tokens)
+
+
+# ------------------------------------------------------------------ token identity, truncation, eos, images
+
+def sampled(tok, text: str, *, split: str | None = None, eos: int | None = None) -> list[int]:
+    """Ids as an engine may sample them: `split` spelled one character per token (a valid but
+    non-canonical tokenization, which decode -> encode merges back), then an optional eos."""
+    ids = []
+    for part in ([text] if split is None else text.partition(split)):
+        if part == split and split:
+            ids += [i for ch in part for i in tok.encode(ch, add_special_tokens=False)]
+        elif part:
+            ids += tok.encode(part, add_special_tokens=False)
+    return ids + ([eos] if eos is not None else [])
+
+
+def identity_record(tok, ids: list[int], *, digest: bool = True, **fields) -> RolloutRecord:
+    messages = [{"role": "user", "content": "What is 3 + 3?"}]
+    return RolloutRecord(messages=messages, prompt_ids=render(tok, messages), completion_ids=list(ids),
+                         rollout_logprobs=[-0.5] * len(ids), finish_reason=fields.pop("finish", "stop"),
+                         completion_ids_digest=contract.token_ids_digest(ids) if digest else None, **fields)
+
+
+def test_trained_ids_that_post_processing_re_tokenized_are_caught_where_they_part(tokenizers) -> None:
+    rollout, _ = tokenizers
+    ids = sampled(rollout, "It is 6.", split="6.", eos=rollout.eos_token_id)
+    # The trainer decodes the completion and tokenizes the text again (huggingface/trl#7039's shape)
+    retokenized = rollout.encode(rollout.decode(ids), add_special_tokens=False)
+    assert retokenized != ids and len(retokenized) < len(ids)
+    healthy = identity_record(rollout, ids)
+    audit = audit_batch([healthy, identity_record(rollout, ids)], rollout, trainer_ids=[ids, retokenized])
+    assert audit["counts"]["ids_checked"] == 2 and audit["counts"]["ids_mismatch"] == 1
+    [sample] = audit["samples"]
+    at = next(i for i, (a, b) in enumerate(zip(ids, retokenized)) if a != b)
+    assert (sample["index"], sample["ids_mismatch"], sample["ids_first_diff"], sample["truncated"]) == (1, True, at, False)
+    [window] = sample["windows"]
+    assert window["kind"] == "ids" and window["at"] == at
+    mark = at - window["start"]
+    assert window["rollout"][mark] != window["trainer"][mark]  # the tokens where they part, both sides
+    # healthy twin: the trainer trains on the sampled ids, which hash to the sampling-time digest
+    clean = audit_batch([healthy], rollout, trainer_ids=[list(ids)])
+    assert clean["counts"]["ids_mismatch"] == 0 and clean["samples"] == []
+
+
+def test_a_digest_taken_where_the_ids_were_sampled_shows_a_record_rewritten_on_the_way(tokenizers) -> None:
+    rollout, _ = tokenizers
+    ids = sampled(rollout, "It is 6.", eos=rollout.eos_token_id)
+    stripped = identity_record(rollout, ids)
+    stripped.completion_ids = ids[:-1]  # a post-processor dropped the eos after sampling
+    stripped.rollout_logprobs = stripped.rollout_logprobs[:-1]
+    audit = audit_batch([stripped, identity_record(rollout, ids)], rollout)
+    assert audit["counts"]["ids_checked"] == 2 and audit["counts"]["ids_mismatch"] == 1
+    assert audit["samples"][0]["index"] == 0 and audit["samples"][0]["ids_first_diff"] is None  # only the digest knows
+
+
+def test_a_prefix_is_a_truncation_unless_only_eos_was_dropped(tokenizers) -> None:
+    rollout, _ = tokenizers
+    ids = sampled(rollout, "It is 6, and 7 and 8 and 9.", eos=rollout.eos_token_id)
+    records = [identity_record(rollout, ids), identity_record(rollout, ids)]
+    audit = audit_batch(records, rollout, trainer_ids=[ids[:5], ids[:-1]])
+    cut, stripped = sorted(audit["samples"], key=lambda s: s["index"])
+    assert (cut["truncated"], cut["ids_mismatch"], cut["n_trainer_ids"]) == (True, False, 5)
+    assert cut["windows"][0]["kind"] == "ids" and cut["windows"][0]["at"] == 5
+    # dropping the final eos is post-processing that breaks the pairing, not a cut
+    assert (stripped["truncated"], stripped["ids_mismatch"], stripped["ids_first_diff"]) == (False, True, len(ids) - 1)
+    assert (audit["counts"]["truncated"], audit["counts"]["ids_mismatch"]) == (1, 1)
+
+
+@pytest.fixture(scope="module")
+def two_eos(tmp_path_factory):
+    """A Qwen-style model: the tokenizer's eos is <|im_end|>, generation_config lists <|endoftext|> too."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tok = AutoTokenizer.from_pretrained(build_chatml_tokenizer(tmp_path_factory.mktemp("eos")))
+    ids = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    return tok, GenerationConfig(eos_token_id=ids), ids[1]
+
+
+def test_the_full_eos_set_counts_the_generation_configs_second_eos_as_an_end(two_eos) -> None:
+    tok, generation_config, endoftext = two_eos
+    ended = identity_record(tok, sampled(tok, "It is 6.", eos=endoftext), finish=None)
+    assert audit_batch([ended], tok)["samples"][0]["finish_lost"] is True  # the tokenizer's eos alone: looks cut
+    full = audit_batch([ended], tok, generation_config=generation_config)
+    assert full["counts"]["finish_eos"] == 1 and full["samples"] == []
+
+
+def test_an_eos_the_rollout_sampled_past_is_caught_unless_what_follows_is_spliced_context(two_eos) -> None:
+    tok, generation_config, endoftext = two_eos
+    ids = sampled(tok, "It is 6.", eos=endoftext) + sampled(tok, " Also 7.", eos=tok.eos_token_id)
+    past = identity_record(tok, ids)
+    audit = audit_batch([past], tok, generation_config=generation_config)
+    [sample] = audit["samples"]
+    at = ids.index(endoftext)
+    assert sample["eos_ignored_at"] == at and audit["counts"]["eos_ignored"] == 1
+    [window] = sample["windows"]
+    assert window["kind"] == "eos" and window["rollout"][at - window["start"]] == "<|endoftext|>"
+    # a turn's eos followed by a tool output the worker spliced in (mask 0) is a turn ending
+    spliced = identity_record(tok, ids, completion_mask=[1] * (at + 1) + [0] * 3 + [1] * (len(ids) - at - 4))
+    assert audit_batch([spliced], tok, generation_config=generation_config)["samples"] == []
+    # healthy twin: the engine stopped at the generation config's eos
+    stopped = identity_record(tok, ids[:at + 1])
+    assert audit_batch([stopped], tok, generation_config=generation_config)["samples"] == []
+
+
+@pytest.fixture(scope="module")
+def qwen2_vl_image_processor():
+    from transformers import Qwen2VLImageProcessorPil
+
+    def make(max_pixels: int):
+        return Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=max_pixels)
+    return make
+
+
+def test_image_features_missing_or_at_another_resolution_on_the_trainer_side(tokenizers, qwen2_vl_image_processor) -> None:
+    import numpy as np
+
+    from trainer_hooks.sample_identity import image_features
+
+    rollout, _ = tokenizers
+    image = np.random.default_rng(0).integers(0, 256, (96, 120, 3), dtype=np.uint8)
+    engine = qwen2_vl_image_processor(28 * 28 * 64)
+    seen = image_features(engine(images=[image]))
+    assert seen["images"] == 1 and seen["grid"] == [engine(images=[image])["image_grid_thw"][0].tolist()]
+    same = image_features(qwen2_vl_image_processor(28 * 28 * 64)(images=[image]))
+    smaller = image_features(qwen2_vl_image_processor(28 * 28 * 8)(images=[image]))  # other max_pixels
+    none = image_features({"input_ids": [[1, 2, 3]]})  # a training forward without the image features
+    assert smaller["grid"] != seen["grid"] and none == {"images": 0, "grid": [], "image_tokens": None}
+    records = [identity_record(rollout, [5, rollout.eos_token_id], images=seen) for _ in range(3)]
+    audit = audit_batch(records, rollout, trainer_images=[same, smaller, none])
+    assert (audit["counts"]["images_checked"], audit["counts"]["images_mismatch"]) == (3, 2)
+    by_index = {s["index"]: s for s in audit["samples"]}
+    assert set(by_index) == {1, 2} and by_index[2]["trainer_images"]["images"] == 0
+    assert by_index[1]["rollout_images"]["grid"] == seen["grid"] and by_index[1]["images_mismatch"] is True

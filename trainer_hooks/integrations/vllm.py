@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..alignment import RolloutRecord
+from .. import contract
 from ..contract import SAMPLING_PARAM_KEYS
 from ..fingerprint.components import SAMPLING_KEYS
 from ..fingerprint.sampling import read_params
@@ -224,6 +225,7 @@ def records_from_request_outputs(outputs: Sequence[Any], *, messages: Sequence[A
                 finish_reason=_finish_reason(completion),
                 policy_version=version,
                 completion_text=getattr(completion, "text", None),
+                completion_ids_digest=contract.token_ids_digest(ids),  # the ids as sampled, before any post-processing
             ))
     return records
 

@@ -37,8 +37,10 @@ def post_audit(run_id: int, body: AuditBatch, db: DbDep, engine: EngineDep, _: I
 
 @router.get("", response_model=AuditList, summary="The run's audited batches, newest first, with their worst samples")
 def list_audits(run_id: int, db: DbDep, _: ReadDep, page: AuditsPage,
-                failing: Annotated[bool, Query(description="only batches with a length-parity failure or a "
-                                                            "re-render mismatch")] = False) -> AuditList:
+                failing: Annotated[bool, Query(description="only batches with a failure of any cause (length "
+                                                            "parity, re-render, token identity, truncation, lost "
+                                                            "finish reason, eos sampled past, image features)")] = False,
+                ) -> AuditList:
     audits, after = audit_store.list_audits(db, run_id, page, failing)
     return AuditList(audits=[_audit_out(a) for a in audits], next_cursor=encode_cursor(after))
 

@@ -17,7 +17,8 @@ def list_packs(_: ReadDep) -> PackCatalog:
     return PackCatalog(packs=[
         PackOut(name=p.name, framework=p.framework, source=p.source,
                 rules=[PackRuleOut(key=r.key, comparison=r.comparison, threshold=r.threshold, severity=r.severity,
-                                   consecutive=r.consecutive, why=r.why) for r in p.rules])
+                                   consecutive=r.consecutive, kind=r.kind, window=r.window, why=r.why)
+                       for r in p.rules])
         for p in pack_catalog.PACKS.values()
     ])
 
