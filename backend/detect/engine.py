@@ -451,8 +451,7 @@ def _why(rule: Rule) -> str | None:
     """Why the rule's level means something to act on: a built-in's or its pack's source."""
     if rule.pack in pack_catalog.PACKS:
         return next((r.why for r in pack_catalog.PACKS[rule.pack].rules
-                     if (r.key, r.kind, r.comparison, r.threshold) == (rule.key, rule.kind, rule.comparison,
-                                                                         rule.threshold)), None)
+                     if (r.key, r.kind, r.comparison) == (rule.key, rule.kind, rule.comparison)), None)
     return rule_logic.builtin_why(rule.key, rule.kind, rule.comparison) if rule.builtin else None
 
 

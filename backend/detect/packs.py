@@ -28,11 +28,12 @@ class PackRule:
     consecutive: int = 1
     kind: str = "threshold"
     window: int = 1
+    per_worker: bool = False
 
     def as_rule(self, pack: str) -> dict:
         return dict(key=self.key, comparison=self.comparison, threshold=self.threshold, severity=self.severity,
                     consecutive=self.consecutive, action="alert", aggregate="last", window=self.window,
-                    kind=self.kind, pack=pack)
+                    kind=self.kind, per_worker=self.per_worker, pack=pack)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ PACKS: dict[str, Pack] = {p.name: p for p in (
         PackRule("align/kl_k3", ">", 0.1, f"{MOE_K3_WHY}; takes the place of the dense built-in level 0.01"),
         PackRule("align/kl_k3", ">", 0.1, f"{MOE_K3_WHY}, already at the run's start (median of its first 10 "
                                           "points): a model-definition difference; takes the place of the dense "
-                                          "built-in start level 0.015", kind="baseline", window=10),
+                                          "built-in start level 0.015", kind="baseline", window=10,
+                 per_worker=True),
         PackRule("moe/router_flip_rate", ">", 0.05,
                  "NVIDIA/Megatron-LM#4168: ~10% of routers disagreeing per forward pass between inference and "
                  "training engines collapsed 3 of 3 Qwen3-30B-A3B GRPO runs without routing replay (R3); 0.05 is "

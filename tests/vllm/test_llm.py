@@ -6,6 +6,7 @@ import math
 import pytest
 
 from tests.vllm.conftest import GENERATION_CONFIG, dump
+from trainer_hooks import contract
 from trainer_hooks.alignment import compute_alignment_metrics
 from trainer_hooks.fingerprint import diff_fingerprints, fingerprint_processor
 from trainer_hooks.integrations.vllm import llm_generation_config, records_from_request_outputs, register_llm
@@ -90,6 +91,25 @@ def test_records_from_request_outputs(chat_outputs, hf_tokenizer):
     assert metrics["align/decode_mismatch_frac"] == 0.0
     assert metrics["align/out_of_vocab_frac"] == 0.0
     assert metrics["rollout/staleness_mean"] == 2.0
+
+
+def test_records_carry_the_sampled_ids_digest_and_the_engines_full_eos_set_audits_clean(chat_outputs, hf_tokenizer, llm):
+    """The digest taken where vLLM sampled: the batch as sampled audits clean against the engine's
+    own eos list (its generation config lists two), and a copy whose trailing eos a post-processor
+    stripped is a token-identity finding (huggingface/trl#7039)."""
+    from trainer_hooks.audit import audit_batch
+
+    records = records_from_request_outputs(chat_outputs, messages=CONVERSATIONS)
+    assert all(r.completion_ids_digest == contract.token_ids_digest(r.completion_ids) for r in records)
+    clean = audit_batch(records, hf_tokenizer, generation_config=llm_generation_config(llm))
+    counts = clean["counts"]
+    assert (counts["ids_checked"], counts["ids_mismatch"], counts["eos_ignored"], counts["finish_lost"]) == (
+        len(records), 0, 0, 0)
+    stopped = [r for r in records if r.finish_reason == "stop"]
+    for record in stopped:
+        record.completion_ids = record.completion_ids[:-1]
+    if stopped:
+        assert audit_batch(records, hf_tokenizer)["counts"]["ids_mismatch"] == len(stopped)
 
 
 def test_rollout_logprobs_are_the_models(chat_outputs, tiny_model_dir):
