@@ -657,7 +657,7 @@ class ImageSummary(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     images: Count
-    grid: list[Annotated[list[Count], Field(max_length=4)]] = Field(default_factory=list,
+    grid: list[Annotated[list[Count], Field(max_length=contract.AUDIT_MAX_GRID_DIMS)]] = Field(default_factory=list,
                                                                     max_length=contract.AUDIT_MAX_IMAGES)
     image_tokens: Count | None = None
 

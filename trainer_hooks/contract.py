@@ -304,6 +304,7 @@ FINISH_REASONS = ("eos", "length", "stop", "unknown")
 # the rollout sampled past.
 AUDIT_WINDOW_KINDS = ("rerender", "length", "ids", "eos")
 AUDIT_MAX_IMAGES = 32  # image grid rows a sample's image summary carries (more are cut)
+AUDIT_MAX_GRID_DIMS = 4  # numbers in a grid row ([t, h, w] or [h, w]; more are cut)
 
 
 def token_ids_digest(ids: Any) -> str:
