@@ -46,6 +46,8 @@ _LOG_RATIO_CLAMP = 20.0
 IS_MASK_BAND = (0.5, 5.0)
 # Fewer scored tokens than this make a correlation noise, not a measurement.
 PEARSON_MIN_TOKENS = 16
+# A side whose log-probs vary less than this (variance per token, nats^2) is constant: no correlation.
+_CONSTANT = 1e-12
 
 
 @dataclass(kw_only=True)
@@ -513,7 +515,8 @@ def _ratio_stats(lp_train, lp_roll, mask, is_clip: float, xp: str) -> dict[str, 
     per_seq_tokens = weight.sum(1)
     has_tokens = per_seq_tokens > 0
     seq_geo = lib.exp(log_ratio.sum(1)[has_tokens] / per_seq_tokens[has_tokens])
-    ratio_sum, ratio_sq_sum = (ratio * weight).sum(), (ratio * ratio * weight).sum()
+    ratio_w = ratio * weight
+    ratio_sum, ratio_sq_sum = ratio_w.sum(), (ratio_w * ratio).sum()
     low, high = IS_MASK_BAND
     stats = {
         "align/logprob_abs_diff_mean": abs_lp.sum() / count,
@@ -525,26 +528,31 @@ def _ratio_stats(lp_train, lp_roll, mask, is_clip: float, xp: str) -> dict[str, 
         "align/is_ratio_mean": ratio_sum / count,
         # Normalised effective sample size of the token IS weights (verl's rollout_is_eff_sample_size).
         "align/is_ess": ratio_sum * ratio_sum / (count * ratio_sq_sum),
-        "align/is_masked_frac": lib.where((ratio < low) | (ratio > high), weight, 0.0).sum() / count,
+        # off the scored tokens the ratio is 1: inside the band
+        "align/is_masked_frac": lib.count_nonzero((ratio < low) | (ratio > high)) / count,
         "align/is_ratio_max": lib.where(mask, ratio, -math.inf).max(),
         "align/is_ratio_min": lib.where(mask, ratio, math.inf).min(),
         "align/is_ratio_clip_frac": lib.where(ratio > is_clip, weight, 0.0).sum() / count,
         "align/seq_is_ratio_geo_mean": seq_geo.mean(),
     }
     if count >= PEARSON_MIN_TOKENS:
-        stats["align/logprob_pearson"] = _pearson(lp_train, lp_roll, weight, count, lib)
+        stats["align/logprob_pearson"] = _pearson(lp_train, lp_roll, mask, count, lib)
     return {k: v for k, v in _to_floats(stats, xp).items() if math.isfinite(v)}
 
 
-def _pearson(a, b, weight, count: int, lib):  # noqa: ANN001, ANN202
+def _pearson(a, b, mask, count: int, lib):  # noqa: ANN001, ANN202
     """Pearson correlation of the two sides' log-probs over the scored tokens: ~0.999 healthy, far
     lower when one side's values are corrupted or misaligned although their mean difference (k1)
     looks fine (ai-dynamo/dynamo#11640: k1 0.003, Pearson 0.05-0.62). NaN (dropped) when either
-    side is constant."""
-    da = (a - (a * weight).sum() / count) * weight
-    db = (b - (b * weight).sum() / count) * weight
-    var_a, var_b = (da * da).sum(), (db * db).sum()
-    return (da * db).sum() / lib.sqrt(var_a * var_b) if float(var_a) > 0 and float(var_b) > 0 else math.nan
+    side is constant. From sums of products: a few passes over the batch (no BLAS dot: numpy's
+    threads contend with the trainer's)."""
+    a, b = lib.where(mask, a, 0.0), lib.where(mask, b, 0.0)  # NaN/-inf are unscored tokens
+    sum_a, sum_b = a.sum(), b.sum()
+    var_a = (a * a).sum() - sum_a * sum_a / count
+    var_b = (b * b).sum() - sum_b * sum_b / count
+    if float(var_a) <= _CONSTANT * count or float(var_b) <= _CONSTANT * count:
+        return math.nan
+    return ((a * b).sum() - sum_a * sum_b / count) / lib.sqrt(var_a * var_b)
 
 
 def _to_floats(stats: dict[str, Any], xp: str) -> dict[str, float]:
