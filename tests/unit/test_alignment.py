@@ -175,6 +175,23 @@ def test_pearson_sees_a_corrupted_log_prob_transport_that_k1_misses(backend):
     assert bad["align/kl_k3"] > 50 * good["align/kl_k3"]
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_pearson_ignores_unscored_tokens_a_nan_log_prob_or_a_masked_tool_output(backend):
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(5)
+    trainer = np.log(rng.uniform(0.05, 1.0, (2, 40)))
+    rollout = trainer + rng.normal(0, 0.01, trainer.shape)
+    clean = [RolloutRecord(prompt_ids=[1], completion_ids=list(range(40)), rollout_logprobs=row.tolist())
+             for row in rollout]
+    expected = compute_alignment_metrics(clean, trainer_logprobs=trainer, backend=backend)["align/logprob_pearson"]
+    dirty = [RolloutRecord(prompt_ids=[1], completion_ids=list(range(42)),
+                           rollout_logprobs=row.tolist() + [float("nan"), -30.0], completion_mask=[1] * 41 + [0])
+             for row in rollout]
+    wide = np.concatenate([trainer, np.full((2, 2), -0.5)], axis=1)
+    got = compute_alignment_metrics(dirty, trainer_logprobs=wide, backend=backend)["align/logprob_pearson"]
+    assert got == pytest.approx(expected) and got > 0.99
+
+
 def test_pearson_is_left_out_for_a_constant_side_or_too_few_tokens():
     records = [RolloutRecord(prompt_ids=[1], completion_ids=list(range(20)), rollout_logprobs=[-1.0] * 20)]
     assert "align/logprob_pearson" not in compute_alignment_metrics(records, trainer_logprobs=[[-0.5] * 20])
