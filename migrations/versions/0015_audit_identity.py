@@ -9,7 +9,7 @@ Columns only: the new causes' counts travel in `sample_audits.counts`, which alr
 count the hooks send.
 
 Revision ID: 0015
-Revises: 0012
+Revises: 0014
 Create Date: 2026-12-03 18:00:00
 """
 from alembic import op
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 
 revision = '0015'
-down_revision = '0012'
+down_revision = '0014'
 branch_labels = None
 depends_on = None
 
