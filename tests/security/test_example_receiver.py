@@ -120,7 +120,7 @@ def test_it_accepts_what_paritywatch_sends_and_says_something_useful_for_every_e
     assert lines["test"].startswith("test: Paritywatch test event: this webhook works https://pw.example.org")
     assert lines["run.control"] == (f"run.control: run lab/grpo is now paused (by open-loopback: "
                                     f"checking the template) {link}")
-    assert lines["alert.firing"].startswith("alert.firing: [FIRING] 1 metric_threshold in lab/grpo: loss last=9 > 1")
+    assert lines["alert.firing"].startswith("alert.firing: [FIRING] 1 metric_threshold alert in lab/grpo: loss last=9 > 1")
     assert link in lines["alert.firing"]
     assert lines["alert.acknowledged"] == ("alert.acknowledged: open-loopback acknowledged warning 'loss last=9 > 1' "
                                            f"(on it) — run lab/grpo {link}")
