@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from . import diff_fingerprints, fingerprint_processor
+from .core import with_components
+from .model_config import model_dir_components
 
 EXIT_CODES = {"same": 0, "info": 0, "warning": 1, "error": 2}
 EXIT_LOAD_FAILED = 3
 
 PATH_HELP = ("a local model or tokenizer directory (tokenizer.json / tokenizer_config.json, "
-             "a processor with preprocessor_config.json, or a Mistral tekken.json), a .gguf file, "
+             "a processor with preprocessor_config.json, or a Mistral tekken.json; its config.json and "
+             "adapter_config.json are read too), a .gguf file, "
              "a tekken*.json file, or a fingerprint JSON file written by `fingerprint --json`")
 
 
@@ -37,7 +40,8 @@ def add_fingerprint_commands(subparsers: Any) -> None:
 
     df = subparsers.add_parser(
         "diff", help="compare two tokenizers/processors before launching a job",
-        description="Fingerprint A and B and say whether they tokenize alike.\n"
+        description="Fingerprint A and B and say whether they tokenize alike and, for model directories, whether "
+                    "their config.json / adapter_config.json compute the same logits.\n"
                     "Exit codes: 0 same or info, 1 warning, 2 error, 3 an input could not be loaded.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     df.add_argument("a", metavar="A", help="the trainer side: " + PATH_HELP)
@@ -78,9 +82,17 @@ def load_fingerprint(path: str, trust_remote_code: bool = False, tokenizer_only:
         data = json.loads(p.read_text(encoding="utf-8"))
         if isinstance(data, dict) and "fingerprint_version" in data:
             return data
+    model, env = model_dir_components(p) if p.is_dir() else ({}, {})
+    if model and not _has_processor(p):  # a model (or adapter) directory without a tokenizer
+        return with_components(None, model, env)
     proc = load_processor(p, trust_remote_code, tokenizer_only)
-    return fingerprint_processor(proc, model_dir=p if p.is_dir() else p.parent,
-                                 chat_template_kwargs=chat_template_kwargs)
+    fp = fingerprint_processor(proc, model_dir=p if p.is_dir() else p.parent, chat_template_kwargs=chat_template_kwargs)
+    return with_components(fp, model, env) if model else fp
+
+
+def _has_processor(p: Path) -> bool:
+    return any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tekken.json", "tokenizer.model",
+                                          "vocab.json", "preprocessor_config.json", "processor_config.json"))
 
 
 def load_processor(p: Path, trust_remote_code: bool = False, tokenizer_only: bool = False) -> Any:

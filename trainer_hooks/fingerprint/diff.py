@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..contract import FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE, FINGERPRINT_TABLES, SAMPLING_PARAMS_COMPONENT
-from . import behavior_diff, effects, sampling
+from ..contract import (ENGINE_CONFIG_COMPONENT, FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE, FINGERPRINT_TABLES,
+                        LORA_ADAPTER_COMPONENT, MODEL_CONFIG_COMPONENT, SAMPLING_PARAMS_COMPONENT)
+from . import behavior_diff, effects, model_effects, sampling
 from .canonical import canonical_json
 from .causes import likely_causes
 from .probes import PROBE_CONVERSATIONS, PROBE_TEXTS
@@ -125,17 +126,25 @@ def _version_problem(fp: Any, side: str) -> str:
 
 def _compare(name: str, sides: _Sides) -> Any:
     ca, cb = sides.ca, sides.cb
+    if (name not in ca or name not in cb) and name == ENGINE_CONFIG_COMPONENT:
+        return _judged_row(name, sides)  # one engine's own hazards (a stale prefix cache), against the model
     if name not in ca or name not in cb:
         side = "a" if name in ca else "b"
         later = " yet (a rollout reports them with the requests it serves)" if name == SAMPLING_PARAMS_COMPONENT else ""
         return _row(name, "info", f"only {side} reports {name}{later}: not comparable", {})
     if ca[name]["digest"] == cb[name]["digest"]:
         return None
+    return _judged_row(name, sides)
+
+
+def _judged_row(name: str, sides: _Sides) -> Any:
     try:
         severity, summary, detail = DETAILS.get(name, _generic)(name, sides)
     except Exception as exc:  # a detail must never hide the verdict
         severity = _fallback_severity(name, sides)
         summary, detail = f"{name} differs", {"detail_error": f"{type(exc).__name__}: {exc}"}
+    if severity == "same":  # differs only where nothing changes (e.g. two engines' names)
+        return None
     return _row(name, severity, summary, detail)
 
 
@@ -306,6 +315,15 @@ def _fields(judge: Any, detail: Any = None) -> Any:
     return compare
 
 
+def _engine_config(name: str, sides: _Sides) -> tuple:
+    """Judged against the other side's engine settings, or its model's length when it runs none."""
+    value = lambda comps, n: (comps.get(n) or {}).get("value")  # noqa: E731
+    va, vb = value(sides.ca, name), value(sides.cb, name)
+    severity, summary, rows = model_effects.engine_config(va, vb, value(sides.ca, MODEL_CONFIG_COMPONENT),
+                                                         value(sides.cb, MODEL_CONFIG_COMPONENT))
+    return severity, summary, {"rows": rows}
+
+
 def _generation_eos_values(va: Any, vb: Any) -> dict:
     va, vb = va or {}, vb or {}
     return {"a": va.get("eos"), "b": vb.get("eos"), "pad": [va.get("pad"), vb.get("pad")],
@@ -336,4 +354,7 @@ DETAILS = {"chat_template": _chat_template, "behavior": _behavior, "vocab": _voc
            "sampling_defaults": _fields(lambda va, vb, sides: effects.sampling_defaults(
                va, vb, SAMPLING_PARAMS_COMPONENT in sides.ca and SAMPLING_PARAMS_COMPONENT in sides.cb)),
            **{name: _structure for name in FINGERPRINT_STRUCTURE},
-           SAMPLING_PARAMS_COMPONENT: lambda name, sides: sampling.compare(*sides.values(name))}
+           SAMPLING_PARAMS_COMPONENT: lambda name, sides: sampling.compare(*sides.values(name)),
+           MODEL_CONFIG_COMPONENT: _fields(lambda va, vb, sides: model_effects.model_config(va, vb)),
+           LORA_ADAPTER_COMPONENT: _fields(lambda va, vb, sides: model_effects.lora_adapter(va, vb)),
+           ENGINE_CONFIG_COMPONENT: _engine_config}
