@@ -215,7 +215,7 @@ def peft_components(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     active = getattr(model, "active_adapter", None)
     if isinstance(active, (list, tuple)):
         active = active[0] if active else None
-    enabled = not getattr(getattr(model, "base_model", None), "_disable_adapters", False)
+    enabled = not getattr(model, "_adapters_disabled", False)  # `with model.disable_adapter():`
     config = (model.peft_config or {}).get(active) if active is not None and enabled else None
     comps[LORA_ADAPTER_COMPONENT] = lora_value(config, name=active)
     env["model_source"] = type(model).__name__
@@ -310,6 +310,9 @@ def _safe_dict(obj: Any) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     """JSON-able: enums by value, sets sorted, torch dtypes by name, other objects by str."""
+    inner = getattr(value, "value", None)  # enums (PeftType, vLLM's) by value
+    if isinstance(inner, (str, int, float)) and not isinstance(value, (bool, int, float)):
+        return inner
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Mapping):
@@ -318,9 +321,6 @@ def _plain(value: Any) -> Any:
         return sorted(_plain(v) for v in value)
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    inner = getattr(value, "value", None)
-    if isinstance(inner, (str, int, float)):
-        return inner
     return dtype_name(value)
 
 
