@@ -288,6 +288,9 @@ MODEL_CONFIG_COMPONENT = "model_config"
 LORA_ADAPTER_COMPONENT = "lora_adapter"
 ENGINE_CONFIG_COMPONENT = "engine_config"
 MODEL_COMPONENTS = (MODEL_CONFIG_COMPONENT, LORA_ADAPTER_COMPONENT, ENGINE_CONFIG_COMPONENT)
+# Components a process learns while it serves (its first request, a weight sync) and re-posts:
+# not part of a mismatch alert's identity, so the re-post refreshes an open alert.
+LATE_FINGERPRINT_COMPONENTS = (SAMPLING_PARAMS_COMPONENT, LORA_ADAPTER_COMPONENT, ENGINE_CONFIG_COMPONENT)
 FINGERPRINT_COMPONENT_ORDER = (("chat_template", "behavior") + FINGERPRINT_TABLES + FINGERPRINT_STRUCTURE
                                + (SAMPLING_PARAMS_COMPONENT, "sampling_defaults") + MODEL_COMPONENTS + ("runtime",))
 

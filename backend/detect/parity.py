@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from threading import Lock
 
 from paritywatch.backend.models import Component
-from trainer_hooks.contract import SAMPLING_PARAMS_COMPONENT
+from trainer_hooks.contract import LATE_FINGERPRINT_COMPONENTS, SAMPLING_PARAMS_COMPONENT
 from trainer_hooks.fingerprint.diff import RANK
 
 _DIFF_CACHE: "OrderedDict[tuple[str, str], dict]" = OrderedDict()
@@ -97,7 +97,7 @@ class Group:
     components: list[Component] = field(default_factory=list)
     verdict: str = "same"
     diff: dict | None = None
-    processor_digest: str = ""  # the digest less sampling_params (see processor_digest)
+    processor_digest: str = ""  # the digest less the late components (see processor_digest)
 
 
 @dataclass
@@ -110,13 +110,14 @@ class Parity:
 
 
 def processor_digest(body: dict) -> str:
-    """The fingerprint's digest without its sampling_params component: the identity of a processor
-    mismatch alert. A rollout reports its sampling with its first request, after its processor:
-    that re-post must refresh an open alert about the processor, not resolve it and fire a copy."""
+    """The fingerprint's digest without the components a process reports late (sampling_params,
+    lora_adapter, engine_config): the identity of a processor mismatch alert. A rollout reports its
+    sampling and the adapter its requests carry with its first request, the prefix-cache reset after
+    its first sync: that re-post must refresh an open alert, not resolve it and fire a copy."""
     from trainer_hooks.fingerprint.canonical import digest
 
     comps = body.get("components") or {}
-    return digest({n: c.get("digest") for n, c in comps.items() if n != SAMPLING_PARAMS_COMPONENT})
+    return digest({n: c.get("digest") for n, c in comps.items() if n not in LATE_FINGERPRINT_COMPONENTS})
 
 
 def mismatch_alerts(parity: Parity) -> list[tuple[str, list[Group]]]:
@@ -157,7 +158,7 @@ def compute_parity(rows: list[tuple[Component, dict | None]]) -> Parity:
 
 def mismatch_key(reference_digest: str, digest: str) -> str:
     """The dedup key of a processor_mismatch alert: one per (trainer, workers) pair of processor
-    digests (fingerprint digests less sampling_params: see processor_digest)."""
+    digests (fingerprint digests less the late components: see processor_digest)."""
     return f"processor_mismatch:{reference_digest}:{digest}"
 
 

@@ -15,7 +15,12 @@ the tokens the rollout samples and the trainer scores:
 - STRUCTURE components differ -> error if any behavior probe differs, else warning.
 - behavior: a probe that differs -> error; probe sets that differ (other paritywatch versions)
   while every shared probe matches -> info.
-- A component reported by one side only -> info ("not comparable").
+- A component reported by one side only -> info ("not comparable"); the model components
+  (model_config, lora_adapter) -> no row (optional: not every process registers its model), except
+  engine_config, whose own hazards (a prefix cache not reset after a sync) are judged alone.
+- model_config, lora_adapter, engine_config: field by field (model_effects.py): what changes logits
+  (rope / YaRN factors, norm eps, shapes, an adapter on one side only) -> error; precision (dtype,
+  lm_head dtype, quantization, KV-cache dtype) -> warning; names, kernels -> info.
 - env is never compared; it feeds the likely ``causes`` of a difference.
 """
 from __future__ import annotations
@@ -26,7 +31,7 @@ from functools import cached_property
 from typing import Any
 
 from ..contract import (ENGINE_CONFIG_COMPONENT, FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE, FINGERPRINT_TABLES,
-                        LORA_ADAPTER_COMPONENT, MODEL_CONFIG_COMPONENT, SAMPLING_PARAMS_COMPONENT)
+                        LORA_ADAPTER_COMPONENT, MODEL_COMPONENTS, MODEL_CONFIG_COMPONENT, SAMPLING_PARAMS_COMPONENT)
 from . import behavior_diff, effects, model_effects, sampling
 from .canonical import canonical_json
 from .causes import likely_causes
@@ -128,6 +133,8 @@ def _compare(name: str, sides: _Sides) -> Any:
     ca, cb = sides.ca, sides.cb
     if (name not in ca or name not in cb) and name == ENGINE_CONFIG_COMPONENT:
         return _judged_row(name, sides)  # one engine's own hazards (a stale prefix cache), against the model
+    if (name not in ca or name not in cb) and name in MODEL_COMPONENTS:
+        return None  # optional: a side that does not register its model (an OpenAI server) is no news
     if name not in ca or name not in cb:
         side = "a" if name in ca else "b"
         later = " yet (a rollout reports them with the requests it serves)" if name == SAMPLING_PARAMS_COMPONENT else ""
