@@ -57,7 +57,9 @@ def model_config_value(config: Any, *, dtype: Any = None, lm_head_dtype: Any = N
     if lm_head_dtype is not None:
         value["lm_head_dtype"] = dtype_name(lm_head_dtype)
     value["quantization"] = _quantization(raw.get("quantization_config"), quantization)
-    return {k: v for k, v in value.items() if v is not None or k in ("dtype", "quantization")}
+    if value.get("lm_head_dtype", "") is None:
+        del value["lm_head_dtype"]
+    return value
 
 
 def config_dict(config: Any) -> dict[str, Any]:

@@ -42,10 +42,10 @@ def _base(key: str) -> str:
     return ".".join(parts[parts.index("rope"):]) if "rope" in parts else parts[-1]
 
 
-def _model_row(key: str, a: Any, b: Any, rope_types: set) -> dict:
-    base = _base(key)
-    if (a is None or b is None) and base != "quantization":  # quantization None is stated: not quantized
-        return row(key, a, b, "info", WHY_ONE_SIDED)
+def _model_row(key: str, va: dict, vb: dict, rope_types: set) -> dict:
+    base, a, b = _base(key), va.get(key), vb.get(key)
+    if (key not in va or key not in vb or (base == "dtype" and None in (a, b))) and base != "quantization":
+        return row(key, a, b, "info", WHY_ONE_SIDED)  # left to a library default (quantization: stated)
     if base in WHY_PRECISION:
         return row(key, a, b, "warning", f"{WHY_PRECISION[base]}: {EXPECTED_PRECISION}")
     if base.startswith("rope."):
@@ -68,7 +68,7 @@ def model_config(va: Any, vb: Any) -> tuple[str, str, list[dict]]:
     quantization (none is stated: not quantized) and the lm_head's dtype (unknown: the weights')."""
     va, vb = _lm_head_at_dtype(va), _lm_head_at_dtype(vb)
     rope_types = {v for d in (va, vb) for k, v in d.items() if k.endswith("rope_type")}
-    rows = [_model_row(k, va.get(k), vb.get(k), rope_types) for k in _differing(va, vb)
+    rows = [_model_row(k, va, vb, rope_types) for k in _differing(va, vb)
             if not (_base(k) == "quantization" and not va.get(k) and not vb.get(k))]
     return _judged(rows)
 
@@ -199,7 +199,7 @@ def _length_row(a: Any, b: Any, model_a: dict, model_b: dict) -> Any:
 
 def _differing(va: Any, vb: Any) -> list[str]:
     va, vb = va or {}, vb or {}
-    return [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
+    return [k for k in sorted(set(va) | set(vb)) if (k in va) != (k in vb) or va.get(k) != vb.get(k)]
 
 
 def _show(value: Any) -> str:

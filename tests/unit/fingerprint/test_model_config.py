@@ -194,3 +194,10 @@ def test_cli_fingerprints_a_model_directory_without_a_tokenizer(tmp_path, capsys
     fp = json.loads(capsys.readouterr().out)
     assert fp["kind"] == "model" and set(fp["components"]) == {"model_config", "lora_adapter"}
     assert fp["components"]["model_config"]["value"]["rms_norm_eps"] == 1e-6
+
+
+def test_a_sliding_window_on_one_side_is_an_error_and_a_null_field_is_not_a_missing_one():
+    result = diff_fingerprints(model_fp(tiny_qwen2()), model_fp(tiny_qwen2(use_sliding_window=True, sliding_window=128)))
+    found = rows(result, "model_config")
+    assert result["verdict"] == "error" and found["use_sliding_window"]["severity"] == "error"
+    assert found["sliding_window"]["severity"] == "error"  # None (no window) on a is stated, not left out
