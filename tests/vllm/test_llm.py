@@ -317,3 +317,24 @@ def test_model_engine_prefix_cache_reset_after_sync(llm):
 
             stale = diff_fingerprints(trainer, with_components(None, {"engine_config": engines[-1]}))
             assert stale["verdict"] == "warning" and "NVIDIA-NeMo/RL#4018" in stale["components"][0]["summary"]
+
+
+def test_model_engine_lora_request_reads_as_the_trainers_adapter(tmp_path):
+    """The adapter a vLLM request carries (a real LoRARequest over a saved peft adapter) against the
+    trainer's PeftModel: the same adapter (only names and the version differ: info); none -> error."""
+    import peft
+    from vllm.lora.request import LoRARequest
+
+    from tests.fixtures.models import tiny_qwen2
+    from trainer_hooks.fingerprint.core import with_components
+    from trainer_hooks.fingerprint.model_config import model_components, vllm_lora_value
+
+    trainer = peft.get_peft_model(tiny_qwen2(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    trainer.save_pretrained(tmp_path / "adapter")
+    trainer_fp = with_components(None, *model_components(trainer))
+    served = vllm_lora_value(LoRARequest("policy", 3, str(tmp_path / "adapter")))
+    assert (served["r"], served["lora_alpha"], served["name"], served["version"]) == (4, 8, "policy", 3)
+    same = diff_fingerprints(trainer_fp, with_components(trainer_fp, {"lora_adapter": served}))
+    assert same["verdict"] == "info" and {r["key"] for r in same["components"][0]["detail"]["rows"]} == {"name", "version"}
+    missing = diff_fingerprints(trainer_fp, with_components(trainer_fp, {"lora_adapter": vllm_lora_value(None)}))
+    assert missing["verdict"] == "error" and missing["components"][0]["name"] == "lora_adapter"

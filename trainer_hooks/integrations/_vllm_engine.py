@@ -14,7 +14,7 @@ from ..contract import ENGINE_CONFIG_COMPONENT, LORA_ADAPTER_COMPONENT
 from ..fingerprint.model_config import vllm_components, vllm_lora_value
 
 logger = logging.getLogger(__name__)
-_NO_ADAPTER = object()
+_UNSET = object()
 
 
 class EngineWatch:
@@ -32,9 +32,9 @@ class EngineWatch:
         self.engine = dict(components[ENGINE_CONFIG_COMPONENT])
         self.engine["prefix_cache_reset_after_sync"] = None
         self._lock = threading.Lock()
-        self._version: Any = _NO_ADAPTER
+        self._version: Any = _UNSET
         self._reset_since_version = False
-        self._adapter: Any = _NO_ADAPTER
+        self._adapter: Any = _UNSET
 
     def on_reset(self) -> None:
         with self._lock:
@@ -45,15 +45,16 @@ class EngineWatch:
         with self._lock:
             if self.engine.get("prefix_caching"):
                 updates.update(self._prefix_update())
-            if lora_request is not self._adapter:  # the same LoRARequest object: nothing new to read
-                self._adapter = lora_request
+            key = _adapter_key(lora_request)
+            if key != self._adapter:  # the same adapter as the last request: nothing new to read
+                self._adapter = key
                 updates[LORA_ADAPTER_COMPONENT] = vllm_lora_value(lora_request)
         if updates:
             self.monitor.report_model_components(updates)  # re-posts only on a changed value
 
     def _prefix_update(self) -> dict[str, Any]:
         version = getattr(self.monitor, "policy_version", None)
-        if self._version is _NO_ADAPTER:
+        if self._version is _UNSET:
             self._version, self._reset_since_version = version, False
             return {}
         if version == self._version:
@@ -64,6 +65,12 @@ class EngineWatch:
             return {}  # one sync served from a stale cache stays reported
         self.engine["prefix_cache_reset_after_sync"] = reset
         return {ENGINE_CONFIG_COMPONENT: dict(self.engine)}
+
+
+def _adapter_key(lora_request: Any) -> Any:
+    if lora_request is None:
+        return None
+    return tuple(getattr(lora_request, a, None) for a in ("lora_name", "lora_int_id", "lora_path"))
 
 
 def watch_llm_engine(monitor: Any, llm: Any) -> Any:
