@@ -5,8 +5,9 @@ Progress on stderr; the last stdout line is one JSON object with the figures, ta
 The directory is a tiny Qwen2 saved with save_pretrained (config.json with YaRN rope scaling,
 generation_config.json, weights) plus a saved peft LoRA adapter: the model components read
 config.json / adapter_config.json as JSON, so each run is a new interpreter that must not import
-torch or transformers. Figures: the wall time of the whole command (interpreter start included)
-and of the fingerprint alone inside it.
+torch or transformers. Figures: the wall time of the whole command (interpreter start included),
+of the fingerprint alone inside it (imports included), and of a bare interpreter start run
+interleaved (the machine's load at the time).
 """
 from __future__ import annotations
 
@@ -63,8 +64,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = build_model_dir(Path(tmp))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        walls, inner, child = [], [], {}
+        walls, inner, child, bare = [], [], {}, []
         for i in range(runs):
+            start = time.perf_counter()  # the interpreter alone, interleaved: this machine's load right now
+            subprocess.run([sys.executable, "-c", "pass"], check=True, env=env, cwd=ROOT)
+            bare.append(time.perf_counter() - start)
             start = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, env=env,
                                  check=True, cwd=ROOT)
@@ -74,7 +78,8 @@ def main() -> None:
             log(f"run {i + 1}/{runs}: {walls[-1] * 1000:.0f} ms wall, {child['seconds'] * 1000:.1f} ms fingerprint")
     cold = statistics.median(walls)
     result = {"bench": "model_fingerprint", "runs": runs, "cold_process_ms": round(cold * 1000, 1),
-              "fingerprint_ms": round(statistics.median(inner) * 1000, 2), "components": child["components"],
+              "fingerprint_ms": round(statistics.median(inner) * 1000, 2),
+              "bare_interpreter_ms": round(statistics.median(bare) * 1000, 1), "components": child["components"],
               "heavy_imports": child["heavy"], "load_avg": round(os.getloadavg()[0], 2),
               "target_ms": COLD_TARGET_S * 1000,
               "met": cold < COLD_TARGET_S and not child["heavy"]
