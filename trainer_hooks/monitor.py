@@ -353,8 +353,9 @@ class ParityMonitor:
         and engine"). `model`: a transformers `PreTrainedModel`, a peft `PeftModel` (the adapter
         really active), a `vllm.LLM`, a config, or a model directory. Keyword `components` replace
         whole components (e.g. `lora_adapter=None` for a rollout known to serve no adapter).
-        Cheap (config fields only); re-posts only when a value changes. Returns False when
-        disabled or closed."""
+        Cheap (config fields only); re-posts only when a value changes. Call it after
+        `register_processor`: it then joins the processor's fingerprint (one post); before any
+        processor it is posted alone (kind "model"). Returns False when disabled or closed."""
         if not self.enabled or self._closed:
             return False
         values, env = model_components(model)

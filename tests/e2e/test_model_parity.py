@@ -23,6 +23,7 @@ from trainer_hooks.integrations.trl import ParityCallback
 from trainer_hooks.monitor import ParityMonitor
 
 peft = pytest.importorskip("peft")
+ROLLOUTS: list = []  # the live run's rollout monitor, for tests that post again
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +51,12 @@ def live_run(db_url, tmp_path, tok, trainer_model, rollout_model):  # noqa: ANN0
             args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none")
             ParityCallback(monitor=trainer).on_train_begin(args, TrainerState(is_world_process_zero=True),
                                                            TrainerControl(), model=trainer_model, processing_class=tok)
+            registered = rollout.register_processor(tok)  # first: the model waits for it, one post holds both
             assert rollout.register_model(rollout_model)
-            rollout.register_processor(tok).result(timeout=60)
+            registered.result(timeout=60)
             for m in (trainer, rollout):
                 assert m.flush(timeout=60)
+            ROLLOUTS[:] = [rollout]
             yield api, wait_for(lambda: next((r["id"] for r in api.get("/api/v1/runs").json()["runs"]
                                               if r["name"] == "model"), None), timeout_s=30)
         finally:
@@ -92,3 +95,21 @@ def test_the_same_adapter_on_both_sides_raises_nothing(db_url, tok, tmp_path):
         assert group["verdict"] in ("same", "info"), group["diff"]
         assert open_alerts(api, run_id) == []
         assert api.get(f"/api/v1/runs/{run_id}/control").json()["state"] == "running"
+
+
+def test_an_engine_state_learned_later_refreshes_the_open_alert(db_url, tok, tmp_path):
+    """A rollout learns its prefix-cache state at its first weight sync and re-posts: the open
+    alert about the adapter is refreshed in place, never resolved and fired again."""
+    with live_run(db_url, tmp_path, tok, with_lora(tiny_qwen2(len(tok))), tiny_qwen2(len(tok))) as (api, run_id):
+        trainer_posted_model(api, run_id)
+        first = wait_for(lambda: open_alerts(api, run_id), timeout_s=30)[0]
+        rollout = next(c for g in api.get(f"/api/v1/runs/{run_id}/parity").json()["groups"] for c in g["components"])
+        before = rollout["digest"]
+        engine = {"engine": "vllm", "max_model_len": 512, "enforce_eager": True, "prefix_caching": True,
+                  "prefix_cache_reset_after_sync": True}
+        assert ROLLOUTS[0].report_model_components({"engine_config": engine})
+        assert ROLLOUTS[0].flush(timeout=60)
+        wait_for(lambda: next(c for g in api.get(f"/api/v1/runs/{run_id}/parity").json()["groups"]
+                              for c in g["components"])["digest"] != before, timeout_s=30, what="the re-post")
+        everything = api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"]
+        assert [(a["id"], a["status"]) for a in everything] == [(first["id"], "firing")]

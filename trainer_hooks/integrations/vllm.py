@@ -107,10 +107,11 @@ def register_llm(monitor: Any, llm: Any) -> Any:
     hf_config with hf_overrides, dtype, quantization, max_model_len, eager, prefix caching...).
     Returns what ``monitor.register_processor`` returns (a Future of the fingerprint for ParityMonitor)."""
     tokenizer = llm.get_tokenizer() if callable(getattr(llm, "get_tokenizer", None)) else llm
+    registered = monitor.register_processor(tokenizer, generation_config=llm_generation_config(llm))
     register_model = getattr(monitor, "register_model", None)
     if callable(register_model) and _model_config(llm) is not None:
-        register_model(llm)  # model_config and engine_config: what computes the logits
-    return monitor.register_processor(tokenizer, generation_config=llm_generation_config(llm))
+        register_model(llm)  # after: it joins the processor's fingerprint (one post), never posted alone first
+    return registered
 
 
 # --------------------------------------------------------------------------- served sampling parameters
