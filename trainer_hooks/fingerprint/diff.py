@@ -182,8 +182,9 @@ PART_TEXT = {"chat": ("rendered differently in", "probe conversation"),
 
 
 def _mark_evidence(rows: list) -> None:
-    """Set ``evidence_of`` on the behaviour row when every differing part of it is explained by
-    another differing component as severe (a less severe one would hide the verdict's cause)."""
+    """Set ``evidence_of`` on a differing behaviour row: {part: component} when every differing part
+    of it is explained by another differing component as severe (a less severe one would hide the
+    verdict's cause), else {}."""
     behavior = next((r for r in rows if r["name"] == "behavior"), None)
     probes = (behavior or {}).get("detail", {}).get("differing_probes")
     if not probes:
@@ -194,9 +195,10 @@ def _mark_evidence(rows: list) -> None:
         by = next((n for n in EXPLAINED_BY.get(part, ()) if n in by_name
                    and RANK[by_name[n]["severity"]] >= RANK[behavior["severity"]]), None)
         if by is None:
-            return  # a difference no other component explains: the behaviour is a finding itself
+            explained = {}  # a difference no other component explains: the behaviour is a finding itself
+            break
         explained[part] = by
-    behavior["evidence_of"] = explained
+    behavior["evidence_of"] = explained  # {} says so too (a diff stored before the mark has no key)
 
 
 def findings(result: dict, severity: str | None = None) -> list[tuple[str, str]]:

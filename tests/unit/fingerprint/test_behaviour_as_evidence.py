@@ -51,7 +51,7 @@ def test_behaviour_no_component_explains_stays_a_finding(tmp_path, load, fp):
     behavior["encode"][0] = [1, 2, 3]  # the same files, tokenized otherwise (a patched runtime, say)
     result = diff_fingerprints(a, with_component(a, "behavior", behavior))
     assert [r["name"] for r in result["components"]] == ["behavior"]
-    assert "evidence_of" not in result["components"][0]
+    assert result["components"][0]["evidence_of"] == {}  # marked as its own finding
     assert findings(result, "error") == [("behavior", "")] and differing_components(result) == ["behavior"]
 
 
