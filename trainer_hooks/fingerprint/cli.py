@@ -4,7 +4,7 @@ Run before launching a job, on the local directories the trainer and the rollout
 Exit codes of ``diff``: 0 same/info, 1 warning, 2 error, 3 could not load an input.
 Also runnable as ``python -m trainer_hooks.fingerprint.cli ...``.
 
-Speed (docs/design.md, "The pre-flight CLI"): a folder's fingerprint is cached on disk by content
+Speed (docs/design.md §4, "The pre-flight CLI's speed"): a folder's fingerprint is cached on disk by content
 (folder_cache.py), and a process the CLI owns loads tokenizer-only inputs with torch hidden.
 """
 from __future__ import annotations

@@ -26,24 +26,10 @@ def _as_command(*args: str) -> tuple[dict, dict]:
     return json.loads(out.stdout), json.loads(out.stderr.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def qwen2_model_dir(chatml_dir, tmp_path):
-    """config.json names model_type qwen2: transformers loads Qwen2Tokenizer, whose pre-tokenizer
-    replaces tokenizer.json's (test_why.py): the class choice must survive hiding torch."""
-    import shutil
-
-    path = shutil.copytree(chatml_dir, tmp_path / "qwen2")
-    (path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    config = json.loads((path / "tokenizer_config.json").read_text())
-    config.pop("tokenizer_class", None)
-    (path / "tokenizer_config.json").write_text(json.dumps(config))
-    return path
-
-
 @pytest.mark.parametrize("folder", ["chatml", "qwen2", "llama3"])
 def test_the_command_loads_tokenizers_without_torch_and_fingerprints_them_alike(folder, request, tmp_path):
     path = {"chatml": lambda: request.getfixturevalue("chatml_dir"),
-            "qwen2": lambda: request.getfixturevalue("qwen2_model_dir"),
+            "qwen2": lambda: request.getfixturevalue("model_specific_dir"),  # config.json picks Qwen2Tokenizer
             "llama3": lambda: builders.build_llama3_tokenizer(tmp_path, builders.CUSTOM_TEMPLATE)}[folder]()
     from_command, process = _as_command("fingerprint", str(path), "--json", "--no-cache")
     assert process == {"torch_hidden": True}
