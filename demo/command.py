@@ -23,7 +23,7 @@ def add_demo_command(sub) -> None:  # noqa: ANN001
     p.add_argument("--workers", type=int, default=2, help="healthy rollout worker processes (default 2)")
     p.add_argument("--bad-worker-at", type=int, default=200, metavar="STEP",
                    help=f"trainer step at which the wrong worker joins (default 200; earlier, though not before step "
-                        f"{MIN_HEALTHY_STEPS}, after {JOIN_DEADLINE_S:.0f} s of training or {JOIN_AT_FRACTION:.0%} of --duration)")
+                        f"{MIN_HEALTHY_STEPS}, after {JOIN_DEADLINE_S:.0f} s of training or {JOIN_AT_FRACTION * 100:.0f}%% of --duration)")
     p.add_argument("--steps", type=int, default=2000, help="trainer steps (default 2000)")
     p.add_argument("--url", help="use a running backend instead of starting one")
     p.add_argument("--db", help="database URL for the started backend (default: ./paritywatch.db)")
