@@ -31,7 +31,7 @@ from paritywatch.backend.janitor import Janitor
 from paritywatch.backend.live import StreamHub
 from paritywatch.backend.middleware import RequestGuard, SecurityHeaders
 from paritywatch.backend.models import ALERT_KINDS, RUN_STATES
-from paritywatch.backend.schemas import ErrorResponse, EventTypeOut, Health, UiConfig
+from paritywatch.backend.schemas import ControlActionOut, ErrorResponse, EventTypeOut, Health, UiConfig
 from paritywatch.backend.settings import Settings, get_settings
 from paritywatch.backend.store.metrics import MetricStore
 from paritywatch.backend.webhooks.dispatcher import Dispatcher
@@ -291,7 +291,10 @@ def _add_bearer_security(app: FastAPI) -> None:
 def ui_config_for(version: str, plotly_url: str) -> UiConfig:
     return UiConfig(
         api_prefix=API_PREFIX, version=version, plotly_url=plotly_url, severities=list(contract.SEVERITIES),
-        run_states=list(RUN_STATES), alert_kinds=list(ALERT_KINDS), fingerprint_component_order=list(contract.FINGERPRINT_COMPONENT_ORDER),
+        run_states=list(RUN_STATES), live_run_states=list(contract.LIVE_RUN_STATES),
+        control_actions={action: ControlActionOut(allowed_from=list(allowed_from), target=target)
+                         for action, (allowed_from, target) in contract.RUN_CONTROL_ACTIONS.items()},
+        alert_kinds=list(ALERT_KINDS), fingerprint_component_order=list(contract.FINGERPRINT_COMPONENT_ORDER),
         webhook_events=[EventTypeOut(type=name, description=text)
                         for name, text in contract.WEBHOOK_EVENT_DESCRIPTIONS.items()])
 

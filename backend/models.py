@@ -22,6 +22,12 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+# The run state machine, process statuses and alert kinds are the wire contract's (one column each:
+# Run.control_state, Component.status, Alert.kind); re-exported for the backend's modules.
+from trainer_hooks.contract import (  # noqa: F401
+    ALERT_KINDS, COMPONENT_STATUSES, ENDED_PROCESS, ENDED_RUN_STATES, LIVE_RUN_STATES, PROCESS_STATES, RUN_STATES,
+)
+
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -54,19 +60,6 @@ class Base(DeclarativeBase):
     pass
 
 
-# The run state machine (docs/design.md, "Runs, processes and control"), one column:
-# control actions move running <-> paused -> stopping -> stopped; process lifecycle adds
-# finished (the trainer closed without a stop) and crashed (every process lost; recoverable).
-RUN_STATES = ("running", "paused", "stopping", "stopped", "finished", "crashed")
-LIVE_RUN_STATES = ("running", "paused", "stopping")  # the heartbeat sweep looks at these only
-ENDED_RUN_STATES = ("stopped", "finished")  # a clean end: its open alerts resolve
-COMPONENT_STATUSES = ("live", "closed", "lost")  # stored
-# What readers are shown: the stored status, or `ended` (never stored): a live process of an ended
-# run silent for the heartbeat timeout (backend/detect/workers.py, process_state).
-ENDED_PROCESS = "ended"
-PROCESS_STATES = (*COMPONENT_STATUSES, ENDED_PROCESS)
-ALERT_KINDS = ("processor_mismatch", "metric_threshold", "metric_trend", "heartbeat_lost",
-               "weights_mismatch", "weights_stale", "weights_backwards", "sample_audit")
 
 
 class Run(Base):

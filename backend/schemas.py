@@ -325,6 +325,12 @@ class Health(BaseModel):
     open_mode: bool
 
 
+class ControlActionOut(BaseModel):
+    """A control action: the run states it may be taken in, and the state it moves the run to."""
+    allowed_from: list[str]
+    target: str
+
+
 class UiConfig(BaseModel):
     """What the dashboard takes from the server instead of copies of its own (trainer_hooks/contract.py)."""
     api_prefix: str
@@ -332,6 +338,8 @@ class UiConfig(BaseModel):
     plotly_url: str
     severities: list[str]
     run_states: list[str]
+    live_run_states: list[str]
+    control_actions: dict[str, ControlActionOut]
     alert_kinds: list[str]
     fingerprint_component_order: list[str]
     webhook_events: list[EventTypeOut]

@@ -20,6 +20,48 @@ SIDES = ("trainer", "rollout")
 # Severities of alerts and rules, worst first.
 SEVERITIES = ("error", "warning", "info")
 
+
+# The paths the hooks call, relative to API_PREFIX (tests/contract/test_hook_paths.py matches each
+# against the backend's OpenAPI schema).
+WHOAMI_PATH = "/whoami"
+RUNS_PATH = "/runs"
+
+
+def run_path(run_id: int, tail: str) -> str:
+    """`/runs/{run_id}/{tail}`: metrics, audits, components, control/wait, control/stopped."""
+    return f"{RUNS_PATH}/{run_id}/{tail}"
+
+
+def component_path(run_id: int, component_id: int, tail: str) -> str:
+    """`/runs/{run_id}/components/{component_id}/{tail}`: fingerprint, attestations, heartbeat, close."""
+    return run_path(run_id, f"components/{component_id}/{tail}")
+
+
+# --------------------------------------------------------------------------- runs and processes
+
+# The run state machine (docs/design.md, "Runs, processes and control"): control actions move
+# running <-> paused -> stopping -> stopped; process lifecycle adds finished (the trainer closed
+# without a stop) and crashed (every process lost; recoverable).
+RUN_STATES = ("running", "paused", "stopping", "stopped", "finished", "crashed")
+LIVE_RUN_STATES = ("running", "paused", "stopping")  # the heartbeat sweep looks at these only
+ENDED_RUN_STATES = ("stopped", "finished")  # a clean end: its open alerts resolve
+STOP_STATES = ("stopping", "stopped")  # a hook that sees one of these stops training
+ACTIVE_RUN_STATES = ("running", "paused")  # a detector acts on these only (a stopping run is ending)
+# Control actions: action -> (the states it may start from, the state it moves the run to). The
+# server enforces them; the dashboard offers an action only where it is allowed (/ui-config).
+RUN_CONTROL_ACTIONS = {
+    "pause": (("running",), "paused"),
+    "resume": (("paused",), "running"),
+    "stop": (("running", "paused", "crashed"), "stopping"),  # a crashed run: stopped at once (nobody is left)
+}
+COMPONENT_STATUSES = ("live", "closed", "lost")  # stored
+# What readers are shown: the stored status, or `ended` (never stored): a live process of an ended
+# run silent for the heartbeat timeout (backend/detect/workers.py, process_state).
+ENDED_PROCESS = "ended"
+PROCESS_STATES = (*COMPONENT_STATUSES, ENDED_PROCESS)
+ALERT_KINDS = ("processor_mismatch", "metric_threshold", "metric_trend", "heartbeat_lost",
+               "weights_mismatch", "weights_stale", "weights_backwards", "sample_audit")
+
 # --------------------------------------------------------------------------- metric batches
 
 # Points a batch may carry, counted on the wire: len(steps) * len(series), nulls included.
@@ -258,17 +300,23 @@ SERVER_KEEPALIVE_S = 30.0
 
 # --------------------------------------------------------------------------- webhooks
 
+EVENT_ALERT_FIRING = "alert.firing"
+EVENT_ALERT_RESOLVED = "alert.resolved"
+EVENT_ALERT_ACKNOWLEDGED = "alert.acknowledged"
+EVENT_RUN_CONTROL = "run.control"
+EVENT_RUN_ENDED_TAINTED = "run.ended_tainted"
+EVENT_TEST = "test"
 # The event types a webhook subscribes to, with what each means (GET /webhooks/event-types).
 WEBHOOK_EVENT_DESCRIPTIONS = {
-    "alert.firing": "A group of alerts (by default: one run, one alert kind) has new or still-firing alerts.",
-    "alert.resolved": "Every alert of a group that was announced as firing has resolved.",
-    "alert.acknowledged": "Someone acknowledged an alert.",
-    "run.control": "A run was paused, resumed, stopped, completed its stop, or crashed (never for a clean finish).",
-    "run.ended_tainted": ("A run ended (stopped, finished or crashed) having trained steps while a divergence was open "
-                          "(a processor or weights mismatch, misaligned samples): data.taint lists the step ranges; "
-                          "checkpoints from data.taint.first_step on were trained on them. Never sent for a run that "
-                          "trained clean."),
-    "test": "The test event sent from the Webhooks page or POST /webhooks/{id}/test.",
+    EVENT_ALERT_FIRING: "A group of alerts (by default: one run, one alert kind) has new or still-firing alerts.",
+    EVENT_ALERT_RESOLVED: "Every alert of a group that was announced as firing has resolved.",
+    EVENT_ALERT_ACKNOWLEDGED: "Someone acknowledged an alert.",
+    EVENT_RUN_CONTROL: "A run was paused, resumed, stopped, completed its stop, or crashed (never for a clean finish).",
+    EVENT_RUN_ENDED_TAINTED: ("A run ended (stopped, finished or crashed) having trained steps while a divergence "
+                              "was open (a processor or weights mismatch, misaligned samples): data.taint lists the step ranges; "
+                              "checkpoints from data.taint.first_step on were trained on them. Never sent for a "
+                              "run that trained clean."),
+    EVENT_TEST: "The test event sent from the Webhooks page or POST /webhooks/{id}/test.",
 }
 WEBHOOK_EVENT_TYPES = tuple(WEBHOOK_EVENT_DESCRIPTIONS)
 

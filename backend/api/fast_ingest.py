@@ -20,10 +20,12 @@ from paritywatch.backend.api.deps import INGEST_BULK, PRINCIPAL_KEY, RunProjects
 from paritywatch.backend.api.errors import handler_response
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
 from paritywatch.backend.middleware import header
-from trainer_hooks.contract import API_PREFIX
+from trainer_hooks.contract import API_PREFIX, run_path
 
-# Up to 18 digits: always a 64-bit id; longer ones take the route (and its own answer).
-BATCH_PATH = re.compile(re.escape(API_PREFIX) + r"/runs/([0-9]{1,18})/metrics")
+# The contract's path with the run id's place as a pattern of up to 18 digits: always a 64-bit id;
+# longer ones take the route (and its own answer).
+_BATCH_TEMPLATE = API_PREFIX + run_path("{run_id}", "metrics")  # type: ignore[arg-type]
+BATCH_PATH = re.compile(re.escape(_BATCH_TEMPLATE).replace(re.escape("{run_id}"), "([0-9]{1,18})"))
 
 
 class MetricBatchFastPath:
