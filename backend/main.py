@@ -146,7 +146,8 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     app.add_middleware(MetricBatchFastPath, services=app.state.ingest, projects=app.state.run_projects)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestGuard, tokens=app.state.tokens, open_mode=app.state.open_mode,
-                       small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes)
+                       small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes,
+                       max_points=settings.max_points_per_batch, body_timeout_s=settings.body_timeout_s)
     return app
 
 
