@@ -32,6 +32,7 @@ from paritywatch.backend.live import StreamHub
 from paritywatch.backend.middleware import RequestGuard, SecurityHeaders
 from paritywatch.backend.models import ALERT_KINDS, RUN_STATES
 from paritywatch.backend.schemas import ControlActionOut, ErrorResponse, EventTypeOut, Health, UiConfig
+from paritywatch.backend.serving import redact_logs
 from paritywatch.backend.settings import Settings, get_settings
 from paritywatch.backend.store.metrics import MetricStore
 from paritywatch.backend.webhooks.dispatcher import Dispatcher
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
                resolver: Resolver = system_resolver) -> FastAPI:
     """`resolver` resolves webhook hosts (tests pass a stub so nothing is ever sent to them)."""
     settings = settings or get_settings()
+    redact_logs()
     db = Database(settings.database_url)
 
     @asynccontextmanager
@@ -146,7 +148,8 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     app.add_middleware(MetricBatchFastPath, services=app.state.ingest, projects=app.state.run_projects)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestGuard, tokens=app.state.tokens, open_mode=app.state.open_mode,
-                       small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes)
+                       small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes,
+                       max_points=settings.max_points_per_batch, body_timeout_s=settings.body_timeout_s)
     return app
 
 

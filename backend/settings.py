@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     open_mode: bool = False
     # Bodies of routes other than metric batches and fingerprints (those get max_body_bytes).
     max_small_body_bytes: int = 1024 * 1024
+    # Slow clients (docs/design.md "Slow and hostile clients"): a request's head must arrive within
+    # header_timeout_s of its first byte (or of the connection, for the first request), its body
+    # within body_timeout_s of the head; otherwise the connection is closed (a 408 for the body).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
     # A metric batch may not reach further than this past its run's last step (a typo or a
     # nanosecond clock used as a step would pin the run's last step for good).
     max_step_ahead: int = 2**30
