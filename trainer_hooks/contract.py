@@ -24,6 +24,13 @@ SEVERITIES = ("error", "warning", "info")
 
 # Points a batch may carry, counted on the wire: len(steps) * len(series), nulls included.
 MAX_POINTS_PER_BATCH = 100_000
+# Metric keys (series) a batch may create, and a run may hold: a batch over either is refused
+# whole (422, saying the cap and how many keys were new) before anything is written. Every key is
+# a row with its own chunks, roll-ups and stats: 10,000 keys a batch keep its write short beside
+# the other runs' batches (docs/design.md, "Metric keys"); a run at 100,000 keys logs a key per
+# sample or per token id, not a metric.
+MAX_NEW_KEYS_PER_BATCH = 10_000
+MAX_KEYS_PER_RUN = 100_000
 MAX_KEY_LENGTH = 200
 MAX_NAME_LENGTH = 200  # run, project and worker names
 MAX_STEP = 2**53
