@@ -39,9 +39,11 @@ class MetricSql:
         self.param = p = "%s" if pg else "?"
         lo, hi = self.least, self.greatest
         self.claim = (
-            "INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, received_at) "
-            f"VALUES ({p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) ON CONFLICT (client_id, seq) DO NOTHING RETURNING id"
+            "INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, digest, received_at) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) "
+            "ON CONFLICT (run_id, client_id, seq) DO NOTHING RETURNING id"
         )
+        self.claimed = f"SELECT digest FROM ingest_batches WHERE run_id = {p} AND client_id = {p} AND seq = {p}"
         chunks = "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1) "
         self.chunks = chunks + f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
         upd = (

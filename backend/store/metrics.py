@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from paritywatch.backend.db import Database
-from paritywatch.backend.errors import Invalid, NotFound
+from paritywatch.backend.errors import Conflict, Invalid, NotFound
 from paritywatch.backend.models import IngestBatch, MetricChunk, MetricKey
 from paritywatch.backend.store.jobs import encode_keys
 from paritywatch.backend.store.metric_packing import PreparedBatch, bucket_raw, prepare_batch, rollup_width
@@ -45,6 +45,14 @@ KEYS_PER_TRANSACTION = 2_000
 class Ingested:
     stored: bool  # False: a replayed (client_id, seq), nothing written
     job_id: int | None  # the detection job written with it, if any
+
+
+def check_replay(stored: str | None, digest: str, what: str) -> None:
+    """A replay of a stored (run, client_id, seq) must carry the same content: Conflict when its
+    digest differs (rows stored before migration 0013 have none and match anything)."""
+    if stored is not None and stored != digest:
+        raise Conflict(f"{what} was stored already with other content; a replay must repeat it exactly "
+                       "(a new batch needs a new seq). Nothing was stored")
 
 
 class MetricStore:
@@ -124,13 +132,16 @@ class MetricStore:
                known: dict[str, int], detect_keys: list[str] | None,
                component_id: int | None = None) -> tuple[bool, dict[str, int], int | None]:
         try:
-            cur.execute(self.sql.claim, (run_id, client_id, seq, batch.accepted, component_id))
+            digest = batch.ledger_digest(component_id)
+            cur.execute(self.sql.claim, (run_id, client_id, seq, batch.accepted, component_id, digest))
             row = cur.fetchone()
         except Exception as exc:
             if is_fk_violation(exc):
                 raise NotFound(f"run {run_id} does not exist") from None
             raise
-        if row is None:  # replayed (client, seq): _check_target saw the run exists
+        if row is None:  # replayed (run, client, seq): _check_target saw the run exists
+            cur.execute(self.sql.claimed, (run_id, client_id, seq))
+            check_replay(cur.fetchone()[0], digest, f"metric batch seq {seq} of client {client_id!r}")
             return False, {}, None
         if not batch.points:
             return True, {}, None
