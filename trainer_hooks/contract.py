@@ -86,6 +86,22 @@ RULE_KINDS = ("threshold", "trend", "baseline", "sawtooth")
 SCORED_RULE_KINDS = ("trend", "sawtooth")
 
 
+# A run's config is JSON: NaN and the infinities (which strict JSON, and PostgreSQL's json type,
+# cannot hold) are stored and returned as these strings, at any depth, on every database.
+NONFINITE_CONFIG_VALUES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def config_value(value: Any) -> Any:
+    """`value` (a run config or any part of it) with each non-finite float replaced by its string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return NONFINITE_CONFIG_VALUES[repr(value)]
+    if isinstance(value, dict):
+        return {k: config_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [config_value(v) for v in value]
+    return value
+
+
 def metric_key_problem(key: Any, max_length: int = MAX_KEY_LENGTH) -> str | None:
     """Why `key` is not a metric key the server accepts, or None when it is one (`max_length`:
     a server configured with another limit, PARITYWATCH_MAX_KEY_LENGTH)."""

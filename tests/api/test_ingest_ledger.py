@@ -127,3 +127,16 @@ def test_keys_are_created_once_whatever_this_process_remembers(client, app):
     assert fresh.ingest(run, "other", 1, prepare_batch([3], {"k/1": [2.0], "new": [1.0]}, 10, 200)) is True
     assert rows(app, MetricKey, run_id=run) == 2501
     assert last_values(client, run)["k/1"] == 2.0
+
+
+def test_nonfinite_config_values_are_kept_as_strings_on_both_databases(client, app):
+    body = (b'{"name":"nan","config":{"lr":NaN,"clip":Infinity,"floor":-Infinity,"ok":1.5,'
+            b'"nested":{"betas":[0.9,NaN]}}}')
+    r = client.post("/api/v1/runs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    want = {"lr": "NaN", "clip": "Infinity", "floor": "-Infinity", "ok": 1.5, "nested": {"betas": [0.9, "NaN"]}}
+    assert r.json()["config"] == want
+    assert client.get(f"/api/v1/runs/{r.json()['id']}").json()["config"] == want
+    merged = client.post("/api/v1/runs", content=b'{"name":"nan","config":{"ok":NaN}}',
+                         headers={"content-type": "application/json"})
+    assert merged.status_code == 200 and merged.json()["config"] == {**want, "ok": "NaN"}
