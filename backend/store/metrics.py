@@ -182,6 +182,25 @@ class MetricStore:
         into the stored ones, as ingest does."""
         self.sql.merge_rollups(cur, rollups)
 
+    async def check_new_keys_async(self, run_id: int, keys: list[str]) -> None:
+        """Before a batch is packed: Invalid when its keys the run lacks are over a cap. Looked up
+        (off the event loop) only when more than KEYS_PER_TRANSACTION of them are not cached, so
+        a batch far over the cap is refused before it costs the loop its packing (counts every
+        key of the batch, even one whose values are all null)."""
+        with self._ids_lock:
+            cached = self._series_ids.get(run_id, (None, {}))[1]
+            uncached = [k for k in keys if k not in cached]
+        if len(uncached) > KEYS_PER_TRANSACTION:
+            await asyncio.to_thread(self._check_new_keys, run_id, uncached)
+
+    def _check_new_keys(self, run_id: int, keys: list[str]) -> None:
+        with self.db.read() as s:
+            cur = s.connection().connection.cursor()
+            self._check_target(cur, run_id, None)
+            new = len(keys) - len(self.sql.lookup_keys(cur, run_id, keys))
+            if new > self.max_new_keys_per_batch:
+                self._check_key_caps(run_id, new, 0)
+
     def _uncached_keys(self, run_id: int, batch: PreparedBatch) -> int:
         with self._ids_lock:
             cached = self._series_ids.get(run_id, (None, {}))[1]
