@@ -105,7 +105,9 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     )
     app.state.settings = settings
     app.state.db = db
-    app.state.metrics = MetricStore(db, max_step_ahead=settings.max_step_ahead)
+    app.state.metrics = MetricStore(db, max_step_ahead=settings.max_step_ahead,
+                                    max_new_keys_per_batch=settings.max_new_keys_per_batch,
+                                    max_keys_per_run=settings.max_keys_per_run)
     app.state.tokens = TokenCache(db)
     app.state.open_mode = OpenMode(db, settings.open_mode)
     app.state.run_projects = RunProjects(db)

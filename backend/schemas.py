@@ -29,6 +29,11 @@ class RunCreate(BaseModel):
     packs: PackNames = Field(default_factory=list, description="framework packs to enable for the run (added to "
                                                               "the ones it has)")
 
+    @field_validator("config")
+    @classmethod
+    def _nonfinite_as_strings(cls, config: dict[str, Any]) -> dict[str, Any]:
+        return contract.config_value(config)  # NaN -> "NaN" on every database (docs/api.md, Runs)
+
 
 class ControlOut(BaseModel):
     state: ControlStateName

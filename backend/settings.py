@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 32 * 1024 * 1024
     max_points_per_batch: int = contract.MAX_POINTS_PER_BATCH
     max_key_length: int = contract.MAX_KEY_LENGTH
+    max_new_keys_per_batch: int = Field(default=contract.MAX_NEW_KEYS_PER_BATCH, ge=1)
+    max_keys_per_run: int = Field(default=contract.MAX_KEYS_PER_RUN, ge=1)
     # Bounded reads: raw points one series read may decode (beyond: a 422 asking for fewer
     # points or a narrower range), and the JSON size of a run's config.
     max_read_raw_points: int = 2_000_000

@@ -66,6 +66,13 @@ ALERT_KINDS = ("processor_mismatch", "metric_threshold", "metric_trend", "heartb
 
 # Points a batch may carry, counted on the wire: len(steps) * len(series), nulls included.
 MAX_POINTS_PER_BATCH = 100_000
+# Metric keys (series) a batch may create, and a run may hold: a batch over either is refused
+# whole (422, saying the cap and how many keys were new) before anything is written. Every key is
+# a row with its own chunks, roll-ups and stats: 10,000 keys a batch keep its write short beside
+# the other runs' batches (docs/design.md, "Metric keys"); a run at 100,000 keys logs a key per
+# sample or per token id, not a metric.
+MAX_NEW_KEYS_PER_BATCH = 10_000
+MAX_KEYS_PER_RUN = 100_000
 MAX_KEY_LENGTH = 200
 MAX_NAME_LENGTH = 200  # run, project and worker names
 MAX_STEP = 2**53
@@ -119,6 +126,22 @@ MOE_ROUTER_FLIP_RATE_KEY = "moe/router_flip_rate"
 # saw-tooth (backend/detect/); the scored ones take a score against the noise as their threshold.
 RULE_KINDS = ("threshold", "trend", "baseline", "sawtooth")
 SCORED_RULE_KINDS = ("trend", "sawtooth")
+
+
+# A run's config is JSON: NaN and the infinities (which strict JSON, and PostgreSQL's json type,
+# cannot hold) are stored and returned as these strings, at any depth, on every database.
+NONFINITE_CONFIG_VALUES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def config_value(value: Any) -> Any:
+    """`value` (a run config or any part of it) with each non-finite float replaced by its string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return NONFINITE_CONFIG_VALUES[repr(value)]
+    if isinstance(value, dict):
+        return {k: config_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [config_value(v) for v in value]
+    return value
 
 
 def metric_key_problem(key: Any, max_length: int = MAX_KEY_LENGTH) -> str | None:
