@@ -205,7 +205,7 @@ class MetricRollup(Base):
 
 class IngestBatch(Base):
     """Idempotency ledger: (run_id, client_id, seq) of every accepted metric batch, with its
-    content digest (a replay with other content is refused; NULL for rows from before 0013)."""
+    content digest (a replay with other content is refused; NULL for rows from before 0016)."""
 
     __tablename__ = "ingest_batches"
     __table_args__ = (UniqueConstraint("run_id", "client_id", "seq", name="uq_ingest_batches_run_client_seq"),)
@@ -519,7 +519,7 @@ class WeightAttestation(Base):
 class SampleAudit(Base):
     """The per-sample audit of one rollout batch (trainer_hooks/audit.py): its counts; its worst
     samples are `SampleAuditSample` rows. Idempotent by (run_id, client_id, seq), like metric
-    batches, with a content digest (NULL for rows from before 0013)."""
+    batches, with a content digest (NULL for rows from before 0016)."""
 
     __tablename__ = "sample_audits"
     __table_args__ = (

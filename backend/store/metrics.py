@@ -49,7 +49,7 @@ class Ingested:
 
 def check_replay(stored: str | None, digest: str, what: str) -> None:
     """A replay of a stored (run, client_id, seq) must carry the same content: Conflict when its
-    digest differs (rows stored before migration 0013 have none and match anything)."""
+    digest differs (rows stored before migration 0016 have none and match anything)."""
     if stored is not None and stored != digest:
         raise Conflict(f"{what} was stored already with other content; a replay must repeat it exactly "
                        "(a new batch needs a new seq). Nothing was stored")

@@ -57,7 +57,7 @@ def test_a_replay_is_a_duplicate_and_a_replay_with_other_content_is_a_409(client
 
 
 def test_a_ledger_row_without_digest_matches_any_replay(client, app):
-    """Rows stored before migration 0013 have no digest: a replay is a duplicate, never a 409."""
+    """Rows stored before migration 0016 have no digest: a replay is a duplicate, never a 409."""
     run = new_run(client)["id"]
     assert post(client, run, 0, {"x": [1.0]}).status_code == 200
     with app.state.db.write() as s:

@@ -172,8 +172,8 @@ def test_concurrent_batches_commit_independently(client, app):
     stored = [i for i, r in results.items() if r is True]
     assert len(stored) == 40
     assert count_points(app) == 400 and count_rows(app, IngestBatch) == 40
-    # a replay of any of them stores nothing
-    again = prepare_batch([1], {"k0": [1.0]}, 1000, 200)
+    # a replay of any of them (the same batch again) stores nothing
+    again = prepare_batch([10 + j for j in range(10)], {"k1": [float(j) for j in range(10)]}, 1000, 200)
     assert store.ingest(run["id"], "c1", 1, again) is False
     assert count_points(app) == 400
 

@@ -1,4 +1,4 @@
-"""Migration 0013: metric batches and audits idempotent per run. Existing ledger rows, audits and
+"""Migration 0016: metric batches and audits idempotent per run. Existing ledger rows, audits and
 their samples survive (SQLite copies the tables: the samples must not cascade away), get no
 digest, and the same (client_id, seq) may then be stored for another run."""
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _audit(c, audit_id: int, run_id: int, client_id: str, seq: int) -> None:  # 
                    f"{seq}, '{NOW}', 4, 1, 0, 0, '{{}}', 1)"))
 
 
-def test_0013_keys_the_ledgers_per_run_and_keeps_every_row(empty_db_url):  # noqa: F811
+def test_0016_keys_the_ledgers_per_run_and_keeps_every_row(empty_db_url):  # noqa: F811
     url = empty_db_url
     migrate.upgrade(url, "0015")
     engine = make_engine(url)
@@ -44,7 +44,7 @@ def test_0013_keys_the_ledgers_per_run_and_keeps_every_row(empty_db_url):  # noq
                            f"{'true' if i == 0 else 'false'}, 3, '[]')"))
     engine.dispose()
 
-    migrate.upgrade(url, "0013")
+    migrate.upgrade(url, "0016")
     engine = make_engine(url)
     with engine.begin() as c:
         assert c.execute(text("SELECT id, run_id, digest FROM ingest_batches")).all() == [(10, 1, None)]

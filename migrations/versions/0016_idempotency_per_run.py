@@ -10,15 +10,15 @@ and get no digest: a replay of them is taken as the same content.
 SQLite changes a unique constraint by copying the table; with foreign keys on, dropping the old
 `sample_audits` would cascade to `sample_audit_samples`, so those rows are kept aside and put back.
 
-Revision ID: 0013
-Revises: 0015
+Revision ID: 0016
+Revises: 0015 (migration 0013 is not used: this change was written as 0013 and landed after 0015)
 Create Date: 2026-12-04 09:00:00
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0013'
+revision = '0016'
 down_revision = '0015'
 branch_labels = None
 depends_on = None
