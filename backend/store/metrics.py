@@ -197,6 +197,11 @@ class MetricStore:
         with self.db.read() as s:
             cur = s.connection().connection.cursor()
             self._check_target(cur, run_id, None)
+            # At least len(keys) - held of them are new: a batch that far over the cap is refused
+            # on one indexed count, before a lookup of every key (99,000 keys: 1.6 s on PostgreSQL).
+            at_least_new = len(keys) - self.sql.count_keys(cur, run_id)
+            if at_least_new > self.max_new_keys_per_batch:
+                self._check_key_caps(run_id, at_least_new, 0, at_least=True)
             new = len(keys) - len(self.sql.lookup_keys(cur, run_id, keys))
             if new > self.max_new_keys_per_batch:
                 self._check_key_caps(run_id, new, 0)
@@ -235,9 +240,9 @@ class MetricStore:
             ids.update(self.sql.create_keys(cur, run_id, new))
         return ids
 
-    def _check_key_caps(self, run_id: int, new: int, held: int) -> None:
+    def _check_key_caps(self, run_id: int, new: int, held: int, at_least: bool = False) -> None:
         if new > self.max_new_keys_per_batch:
-            raise Invalid(f"the batch has {new:,} new metric keys; a batch may create at most "
+            raise Invalid(f"the batch has {'at least ' if at_least else ''}{new:,} new metric keys; a batch may create at most "
                           f"{self.max_new_keys_per_batch:,} (PARITYWATCH_MAX_NEW_KEYS_PER_BATCH). Nothing was stored")
         if held + new > self.max_keys_per_run:
             raise Invalid(f"the batch has {new:,} new metric keys and run {run_id} has {held:,}; a run may hold at "
