@@ -99,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from paritywatch.backend.auth import ensure_bootstrap_token, has_active_tokens, list_tokens
     from paritywatch.backend.db import Database
     from paritywatch.backend.middleware import is_loopback
+    from paritywatch.backend.serving import HeadDeadlineProtocol
     from trainer_hooks import contract
 
     url = _say_which_db(args)
@@ -153,6 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Open control long-polls would otherwise hold a SIGTERM for up to a minute.
         timeout_graceful_shutdown=3,
         timeout_keep_alive=contract.SERVER_KEEPALIVE_S,  # longer than the hooks keep theirs
+        http=HeadDeadlineProtocol,  # a trickled request head is cut off (PARITYWATCH_HEADER_TIMEOUT_S)
     )
     return 0
 

@@ -49,6 +49,7 @@ from paritywatch.backend.store.jobs import BatchSpan, Job
 from paritywatch.backend.store.metric_reads import metric_key, read_raw  # raw points are packed chunks: decoded here
 from paritywatch.backend.store.runs import lock_run
 from trainer_hooks.contract import split_worker_key
+from trainer_hooks import contract
 from trainer_hooks.fingerprint.diff import findings_text
 
 log = logging.getLogger("paritywatch.detect")
@@ -243,7 +244,7 @@ class DetectionEngine:
         findings = self._weight_findings(s, run, now)
         self._describe_mismatches(s, [f for f in findings if f.kind == "weights_mismatch" and f.severity == "error"])
         current = {_weight_key(f) for f in findings}
-        if run.control_state in ("running", "paused"):  # a run that ended or is stopping has nothing to act on
+        if run.control_state in contract.ACTIVE_RUN_STATES:  # a run that ended or is stopping has nothing to act on
             for finding in findings:
                 self._fire_weights(s, run, finding)
         for alert in _open_weight_alerts(s, run.id):
@@ -292,7 +293,7 @@ class DetectionEngine:
         with self.db.read() as s:
             run = run_store.get_run(s, run_id)
             firing = {_weight_key(f) for f in self._weight_findings(s, run, now)} \
-                if run.control_state in ("running", "paused") else set()
+                if run.control_state in contract.ACTIVE_RUN_STATES else set()
             unchanged = firing == {a.dedup_key for a in _open_weight_alerts(s, run_id)}
         if not unchanged:
             with self.effects.write(self.db) as s:
