@@ -99,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from paritywatch.backend.auth import ensure_bootstrap_token, has_active_tokens, list_tokens
     from paritywatch.backend.db import Database
     from paritywatch.backend.middleware import is_loopback
+    from paritywatch.backend.serving import HeadDeadlineProtocol
     from trainer_hooks import contract
 
     url = _say_which_db(args)
@@ -153,6 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Open control long-polls would otherwise hold a SIGTERM for up to a minute.
         timeout_graceful_shutdown=3,
         timeout_keep_alive=contract.SERVER_KEEPALIVE_S,  # longer than the hooks keep theirs
+        http=HeadDeadlineProtocol,  # a trickled request head is cut off (PARITYWATCH_HEADER_TIMEOUT_S)
     )
     return 0
 
@@ -333,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(sub) -> None:  # noqa: ANN001
-    from paritywatch.demo.run import add_demo_command
+    from paritywatch.demo.command import add_demo_command
     from trainer_hooks.fingerprint.cli import add_fingerprint_commands
 
     add_fingerprint_commands(sub)
@@ -341,7 +343,10 @@ def _add_optional_commands(sub) -> None:  # noqa: ANN001
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``argv`` None: the command line, and this process is the command's (the fingerprint
+    commands then load tokenizers without torch: trainer_hooks/fingerprint/cli.py)."""
     args = build_parser().parse_args(argv)
+    args.own_process = argv is None
     return int(args.func(args) or 0)
 
 

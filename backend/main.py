@@ -31,7 +31,8 @@ from paritywatch.backend.janitor import Janitor
 from paritywatch.backend.live import StreamHub
 from paritywatch.backend.middleware import RequestGuard, SecurityHeaders
 from paritywatch.backend.models import ALERT_KINDS, RUN_STATES
-from paritywatch.backend.schemas import ErrorResponse, EventTypeOut, Health, UiConfig
+from paritywatch.backend.schemas import ControlActionOut, ErrorResponse, EventTypeOut, Health, UiConfig
+from paritywatch.backend.serving import redact_logs
 from paritywatch.backend.settings import Settings, get_settings
 from paritywatch.backend.store.metrics import MetricStore
 from paritywatch.backend.webhooks.dispatcher import Dispatcher
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
                resolver: Resolver = system_resolver) -> FastAPI:
     """`resolver` resolves webhook hosts (tests pass a stub so nothing is ever sent to them)."""
     settings = settings or get_settings()
+    redact_logs()
     db = Database(settings.database_url)
 
     @asynccontextmanager
@@ -103,7 +105,9 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     )
     app.state.settings = settings
     app.state.db = db
-    app.state.metrics = MetricStore(db, max_step_ahead=settings.max_step_ahead)
+    app.state.metrics = MetricStore(db, max_step_ahead=settings.max_step_ahead,
+                                    max_new_keys_per_batch=settings.max_new_keys_per_batch,
+                                    max_keys_per_run=settings.max_keys_per_run)
     app.state.tokens = TokenCache(db)
     app.state.open_mode = OpenMode(db, settings.open_mode)
     app.state.run_projects = RunProjects(db)
@@ -146,7 +150,8 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
     app.add_middleware(MetricBatchFastPath, services=app.state.ingest, projects=app.state.run_projects)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestGuard, tokens=app.state.tokens, open_mode=app.state.open_mode,
-                       small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes)
+                       small_limit=settings.max_small_body_bytes, large_limit=settings.max_body_bytes,
+                       max_points=settings.max_points_per_batch, body_timeout_s=settings.body_timeout_s)
     return app
 
 
@@ -291,7 +296,10 @@ def _add_bearer_security(app: FastAPI) -> None:
 def ui_config_for(version: str, plotly_url: str) -> UiConfig:
     return UiConfig(
         api_prefix=API_PREFIX, version=version, plotly_url=plotly_url, severities=list(contract.SEVERITIES),
-        run_states=list(RUN_STATES), alert_kinds=list(ALERT_KINDS), fingerprint_component_order=list(contract.FINGERPRINT_COMPONENT_ORDER),
+        run_states=list(RUN_STATES), live_run_states=list(contract.LIVE_RUN_STATES),
+        control_actions={action: ControlActionOut(allowed_from=list(allowed_from), target=target)
+                         for action, (allowed_from, target) in contract.RUN_CONTROL_ACTIONS.items()},
+        alert_kinds=list(ALERT_KINDS), fingerprint_component_order=list(contract.FINGERPRINT_COMPONENT_ORDER),
         webhook_events=[EventTypeOut(type=name, description=text)
                         for name, text in contract.WEBHOOK_EVENT_DESCRIPTIONS.items()])
 

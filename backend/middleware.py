@@ -15,6 +15,7 @@ import ipaddress
 import json
 import re
 import time
+from typing import Callable
 from urllib.parse import urlsplit
 
 import anyio
@@ -24,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from paritywatch.backend.api.deps import PRINCIPAL_KEY, access_for
 from paritywatch.backend.api.errors import DATABASE_ERRORS, handler_response
 from paritywatch.backend.auth import OPEN_PRINCIPAL, Principal, TokenCache
-from trainer_hooks.contract import error_envelope
+from trainer_hooks.contract import API_PREFIX, error_envelope, run_path
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -41,49 +42,101 @@ SECURITY_HEADERS = [
 # (a 500 after the write), and nothing Paritywatch stores nests beyond a dozen levels.
 MAX_JSON_DEPTH = 100
 _SUSPECT_TEXT = re.compile(rb"\\u(?:0000|d[89a-f])", re.I)
-INLINE_CHECK_BYTES = 64 * 1024  # bodies above this are checked in a worker thread
+INLINE_CHECK_BYTES = 64 * 1024  # bodies above this are measured as they arrive, checked in a worker thread
+METRIC_BATCH_DEPTH = 3
+# The metric batch route (its fast path, backend/api/fast_ingest.py, answers the same requests).
+# The contract's path, its run id a pattern of up to 18 digits: always a 64-bit id; longer ones take
+# the route (and its own answer).
+_BATCH_TEMPLATE = API_PREFIX + run_path("{run_id}", "metrics")  # type: ignore[arg-type]
+BATCH_PATH = re.compile(re.escape(_BATCH_TEMPLATE).replace(re.escape("{run_id}"), "([0-9]{1,18})"))
 SCAN_CHUNK = 1 << 20
 _BRACKET_DELTA = np.zeros(256, np.int8)
 _BRACKET_DELTA[[ord("["), ord("{")]] = 1
 _BRACKET_DELTA[[ord("]"), ord("}")]] = -1
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+CLOSE = [(b"connection", b"close")]  # on an answer sent before the whole body was read
 
 
 # --- the body: nesting and text checks ---
 
 
-def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether brackets outside strings nest deeper than `limit`: one pass, O(size), in 1 MB numpy
-    chunks (bounded memory, the GIL released inside each step). A quote is a string delimiter
-    unless an odd run of backslashes precedes it."""
-    depth, in_string, backslashes = 0, 0, 0  # carried from chunk to chunk
-    for start in range(0, len(body), SCAN_CHUNK):
-        a = np.frombuffer(body, np.uint8, count=min(SCAN_CHUNK, len(body) - start), offset=start)
+class JsonShape:
+    """The shape of a JSON body measured as it arrives, in O(size) numpy steps (bounded memory,
+    the GIL released inside each): how deep brackets outside strings nest, and how many commas
+    and colons lie outside strings at each of the first levels. That is enough to refuse, before
+    any parse, a body that cannot be valid (too deep; more keys or values than a metric batch may
+    carry). A quote is a string delimiter unless an odd run of backslashes precedes it."""
+
+    COUNTED_LEVELS = 4  # commas and colons counted at depths 0..3
+
+    def __init__(self) -> None:
+        self.depth = self.deepest = 0
+        self._in_string = self._backslashes = 0  # carried from chunk to chunk
+        self.commas = [0] * self.COUNTED_LEVELS
+        self.colons = [0] * self.COUNTED_LEVELS
+
+    def feed(self, data: bytes) -> None:
+        for start in range(0, len(data), SCAN_CHUNK):
+            self._scan(np.frombuffer(data, np.uint8, count=min(SCAN_CHUNK, len(data) - start), offset=start))
+
+    def _scan(self, a: np.ndarray) -> None:
         index = np.arange(a.size)
         # index of the last byte that is not a backslash, at or before each position (-1: none yet)
         last_plain = np.maximum.accumulate(np.where(a == 92, -1, index))
         quotes = np.flatnonzero(a == 34)
         before = quotes - 1
         run = np.where(before >= 0, before - last_plain[np.maximum(before, 0)], 0)
-        run += np.where((before < 0) | (last_plain[np.maximum(before, 0)] < 0), backslashes, 0)
+        run += np.where((before < 0) | (last_plain[np.maximum(before, 0)] < 0), self._backslashes, 0)
         toggles = np.zeros(a.size, np.int8)
         toggles[quotes[run % 2 == 0]] = 1
-        inside = (np.cumsum(toggles, dtype=np.int64) + in_string) & 1
+        inside = (np.cumsum(toggles, dtype=np.int64) + self._in_string) & 1
         delta = _BRACKET_DELTA[a]
         delta[inside == 1] = 0
-        levels = np.cumsum(delta, dtype=np.int64) + depth
-        if levels.max() > limit:
-            return True
-        depth, in_string = int(levels[-1]), int(inside[-1])
+        levels = np.cumsum(delta, dtype=np.int64) + self.depth
+        self.deepest = max(self.deepest, int(levels.max()))
+        for counts, byte in ((self.commas, 44), (self.colons, 58)):
+            at = levels[(a == byte) & (inside == 0)]
+            at = at[(at >= 0) & (at < self.COUNTED_LEVELS)]
+            for level, n in enumerate(np.bincount(at, minlength=self.COUNTED_LEVELS)):
+                counts[level] += int(n)
+        self.depth, self._in_string = int(levels[-1]), int(inside[-1])
         tail = a.size - 1 - int(last_plain[-1])
-        backslashes = tail + (backslashes if last_plain[-1] < 0 else 0)
-    return False
+        self._backslashes = tail + (self._backslashes if last_plain[-1] < 0 else 0)
 
 
-def json_body_problem(body: bytes) -> tuple[int, str] | None:
+def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether brackets outside strings nest deeper than `limit`."""
+    shape = JsonShape()
+    shape.feed(body)
+    return shape.deepest > limit
+
+
+def general_shape_problem(shape: JsonShape) -> tuple[int, str] | None:
+    if shape.deepest > MAX_JSON_DEPTH:
+        return 400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    return None
+
+
+def metric_batch_shape_problem(shape: JsonShape, max_points: int) -> tuple[int, str] | None:
+    """What no metric batch can be, seen from its shape alone (its parse would only confirm it).
+    A batch nests three levels: {"series": {key: [values]}}. In one that parses, the colons one
+    level down are its series keys (each counts as at least one point: check_batch), the commas
+    two levels down separate values, and the commas one level down separate steps or keys."""
+    if shape.deepest > METRIC_BATCH_DEPTH:
+        return 422, (f"a metric batch nests {METRIC_BATCH_DEPTH} levels deep ({{\"series\": {{key: [values]}}}}); "
+                     f"this body nests deeper")
+    if shape.colons[2] > max_points:
+        return 413, f"batch has more than {max_points} keys; the limit is {max_points} points a batch"
+    if shape.commas[3] >= max_points or shape.commas[2] > 2 * max_points:
+        return 413, f"batch has more than {max_points} points; the limit is {max_points} points a batch"
+    return None
+
+
+def json_body_problem(body: bytes, check_depth: bool = True) -> tuple[int, str] | None:
     """(status, message) when a JSON body holds what no store can take; None when it is fine.
-    Malformed JSON is left to the app's parser and its own 4xx."""
-    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and json_too_deep(body):
+    Malformed JSON is left to the app's parser and its own 4xx. `check_depth=False`: the body's
+    shape was measured as it arrived."""
+    if check_depth and body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and json_too_deep(body):
         return 400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     if _SUSPECT_TEXT.search(body):  # only escapes can carry NUL or a lone surrogate into JSON text
         try:
@@ -193,11 +246,13 @@ async def send_error(send: Send, status: int, message: str, headers: list | None
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, tokens: TokenCache, open_mode, small_limit: int, large_limit: int):  # noqa: ANN001
+    def __init__(self, app: ASGIApp, *, tokens: TokenCache, open_mode, small_limit: int, large_limit: int,  # noqa: ANN001
+                 max_points: int, body_timeout_s: float):
         self.app = app
         self.tokens = tokens
         self.open_mode = open_mode
         self.small_limit, self.large_limit = small_limit, large_limit
+        self.max_points, self.body_timeout_s = max_points, body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -224,16 +279,20 @@ class RequestGuard:
         limit = self.large_limit if access.large_body else self.small_limit
         length = header(scope, b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
-            await send_error(send, 413, f"request body over {limit} bytes")
+            await send_error(send, 413, f"request body over {limit} bytes", CLOSE)
             return
         if not is_json_type(header(scope, b"content-type")):
-            await send_error(send, 415, "send the body as JSON with Content-Type: application/json")
+            await send_error(send, 415, "send the body as JSON with Content-Type: application/json", CLOSE)
             return
-        body = await self._read(receive, send, limit)
+        if scope["method"] == "POST" and BATCH_PATH.fullmatch(scope["path"]):
+            shape_rule = functools.partial(metric_batch_shape_problem, max_points=self.max_points)
+        else:
+            shape_rule = general_shape_problem
+        body = await self._read(receive, send, limit, shape_rule)
         if body is None:
             return
-        if len(body) > INLINE_CHECK_BYTES:
-            problem = await anyio.to_thread.run_sync(json_body_problem, body)
+        if len(body) > INLINE_CHECK_BYTES:  # its shape was checked as it arrived
+            problem = await anyio.to_thread.run_sync(json_body_problem, body, False)
         else:
             problem = json_body_problem(body)
         if problem is not None:
@@ -262,19 +321,40 @@ class RequestGuard:
             return (OPEN_PRINCIPAL, None) if problem is None else (None, (403, problem))
         return None, (401, "a bearer token is required")
 
-    @staticmethod
-    async def _read(receive: Receive, send: Send, limit: int) -> bytes | None:
-        chunks, size = [], 0
+    async def _read(self, receive: Receive, send: Send, limit: int,
+                    shape_rule: Callable[[JsonShape], tuple[int, str] | None]) -> bytes | None:
+        """The body, or None once answered (or the client left). Refused while it arrives: over
+        `limit` bytes, not all in within body_timeout_s (a trickle holds a connection and its
+        buffer), or, past INLINE_CHECK_BYTES, a shape `shape_rule` refuses (no parse of a body
+        that cannot be valid). Those answers close the connection: the rest is never read."""
+        chunks, size, shape = [], 0, None
+        deadline = anyio.current_time() + self.body_timeout_s
         while True:
-            message = await receive()
+            with anyio.move_on_after(deadline - anyio.current_time()) as waited:
+                message = await receive()
+            if waited.cancelled_caught:
+                await send_error(send, 408, f"request body not received within {self.body_timeout_s:g} s",
+                                 CLOSE)
+                return None
             if message["type"] == "http.disconnect":
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                await send_error(send, 413, f"request body over {limit} bytes")
+                await send_error(send, 413, f"request body over {limit} bytes", CLOSE)
                 return None
             chunks.append(chunk)
+            if size > INLINE_CHECK_BYTES:
+                if shape is None:
+                    shape = JsonShape()
+                    for earlier in chunks:
+                        shape.feed(earlier)
+                else:
+                    shape.feed(chunk)
+                problem = shape_rule(shape)
+                if problem is not None:
+                    await send_error(send, *problem, CLOSE)
+                    return None
             if not message.get("more_body", False):
                 return b"".join(chunks)
 

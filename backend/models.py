@@ -22,6 +22,12 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+# The run state machine, process statuses and alert kinds are the wire contract's (one column each:
+# Run.control_state, Component.status, Alert.kind); re-exported for the backend's modules.
+from trainer_hooks.contract import (  # noqa: F401
+    ALERT_KINDS, COMPONENT_STATUSES, ENDED_PROCESS, ENDED_RUN_STATES, LIVE_RUN_STATES, PROCESS_STATES, RUN_STATES,
+)
+
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -54,19 +60,6 @@ class Base(DeclarativeBase):
     pass
 
 
-# The run state machine (docs/design.md, "Runs, processes and control"), one column:
-# control actions move running <-> paused -> stopping -> stopped; process lifecycle adds
-# finished (the trainer closed without a stop) and crashed (every process lost; recoverable).
-RUN_STATES = ("running", "paused", "stopping", "stopped", "finished", "crashed")
-LIVE_RUN_STATES = ("running", "paused", "stopping")  # the heartbeat sweep looks at these only
-ENDED_RUN_STATES = ("stopped", "finished")  # a clean end: its open alerts resolve
-COMPONENT_STATUSES = ("live", "closed", "lost")  # stored
-# What readers are shown: the stored status, or `ended` (never stored): a live process of an ended
-# run silent for the heartbeat timeout (backend/detect/workers.py, process_state).
-ENDED_PROCESS = "ended"
-PROCESS_STATES = (*COMPONENT_STATUSES, ENDED_PROCESS)
-ALERT_KINDS = ("processor_mismatch", "metric_threshold", "metric_trend", "heartbeat_lost",
-               "weights_mismatch", "weights_stale", "weights_backwards", "sample_audit")
 
 
 class Run(Base):
@@ -211,10 +204,11 @@ class MetricRollup(Base):
 
 
 class IngestBatch(Base):
-    """Idempotency ledger: (client_id, seq) of every accepted metric batch."""
+    """Idempotency ledger: (run_id, client_id, seq) of every accepted metric batch, with its
+    content digest (a replay with other content is refused; NULL for rows from before 0016)."""
 
     __tablename__ = "ingest_batches"
-    __table_args__ = (UniqueConstraint("client_id", "seq", name="uq_ingest_batches_client_seq"),)
+    __table_args__ = (UniqueConstraint("run_id", "client_id", "seq", name="uq_ingest_batches_run_client_seq"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
@@ -225,6 +219,7 @@ class IngestBatch(Base):
     # The process that posted it (the batch's component_id; NULL when it named none): a series'
     # chunks split per worker through their batch_id (migration 0010).
     component_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    digest: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class ApiToken(Base):
@@ -523,11 +518,12 @@ class WeightAttestation(Base):
 
 class SampleAudit(Base):
     """The per-sample audit of one rollout batch (trainer_hooks/audit.py): its counts; its worst
-    samples are `SampleAuditSample` rows. Idempotent by (client_id, seq), like metric batches."""
+    samples are `SampleAuditSample` rows. Idempotent by (run_id, client_id, seq), like metric
+    batches, with a content digest (NULL for rows from before 0016)."""
 
     __tablename__ = "sample_audits"
     __table_args__ = (
-        UniqueConstraint("client_id", "seq", name="uq_sample_audits_client_seq"),
+        UniqueConstraint("run_id", "client_id", "seq", name="uq_sample_audits_run_client_seq"),
         Index("ix_sample_audits_run_id_id", "run_id", "id"),  # a run's latest batches, newest first
     )
 
@@ -547,6 +543,7 @@ class SampleAudit(Base):
     counts: Mapped[dict] = mapped_column(JSON, default=dict)  # every count the hooks sent
     # At least as many samples as any one cause holds (0: a clean batch): `GET .../audits?failing=true`.
     failing: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    digest: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class SampleAuditSample(Base):

@@ -29,6 +29,11 @@ class RunCreate(BaseModel):
     packs: PackNames = Field(default_factory=list, description="framework packs to enable for the run (added to "
                                                               "the ones it has)")
 
+    @field_validator("config")
+    @classmethod
+    def _nonfinite_as_strings(cls, config: dict[str, Any]) -> dict[str, Any]:
+        return contract.config_value(config)  # NaN -> "NaN" on every database (docs/api.md, Runs)
+
 
 class ControlOut(BaseModel):
     state: ControlStateName
@@ -325,6 +330,12 @@ class Health(BaseModel):
     open_mode: bool
 
 
+class ControlActionOut(BaseModel):
+    """A control action: the run states it may be taken in, and the state it moves the run to."""
+    allowed_from: list[str]
+    target: str
+
+
 class UiConfig(BaseModel):
     """What the dashboard takes from the server instead of copies of its own (trainer_hooks/contract.py)."""
     api_prefix: str
@@ -332,6 +343,8 @@ class UiConfig(BaseModel):
     plotly_url: str
     severities: list[str]
     run_states: list[str]
+    live_run_states: list[str]
+    control_actions: dict[str, ControlActionOut]
     alert_kinds: list[str]
     fingerprint_component_order: list[str]
     webhook_events: list[EventTypeOut]

@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 32 * 1024 * 1024
     max_points_per_batch: int = contract.MAX_POINTS_PER_BATCH
     max_key_length: int = contract.MAX_KEY_LENGTH
+    max_new_keys_per_batch: int = Field(default=contract.MAX_NEW_KEYS_PER_BATCH, ge=1)
+    max_keys_per_run: int = Field(default=contract.MAX_KEYS_PER_RUN, ge=1)
     # Bounded reads: raw points one series read may decode (beyond: a 422 asking for fewer
     # points or a narrower range), and the JSON size of a run's config.
     max_read_raw_points: int = 2_000_000
@@ -55,6 +57,11 @@ class Settings(BaseSettings):
     open_mode: bool = False
     # Bodies of routes other than metric batches and fingerprints (those get max_body_bytes).
     max_small_body_bytes: int = 1024 * 1024
+    # Slow clients (docs/design.md "Slow and hostile clients"): a request's head must arrive within
+    # header_timeout_s of its first byte (or of the connection, for the first request), its body
+    # within body_timeout_s of the head; otherwise the connection is closed (a 408 for the body).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
     # A metric batch may not reach further than this past its run's last step (a typo or a
     # nanosecond clock used as a step would pin the run's last step for good).
     max_step_ahead: int = 2**30

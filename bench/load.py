@@ -11,6 +11,12 @@ in the measured window, failed ones included.
 
     .venv/bin/python bench/load.py            # full: 256 workers, 30 s per database
     .venv/bin/python bench/load.py --quick    # 64 workers, ~20 s in all
+    .venv/bin/python bench/load.py --hostile  # the same while a hostile neighbour attacks (issue 26)
+    .venv/bin/python bench/load.py --db sqlite
+
+A probe GETs /healthz ten times a second meanwhile; its p99 must stay under 250 ms too. Each poster
+writes every (posters)-th step from 0 on, so all of them stay near the run's last step as real
+workers do (steps 10**9 apart broke the server's step-ahead limit).
 """
 from __future__ import annotations
 
@@ -32,8 +38,9 @@ from _common import emit, paritywatch_server, percentile, pg_available, progress
 import httpx  # noqa: E402
 
 TARGET_POINTS_PER_S = 150_000
-TARGET_P99_MS = 250.0
-STEP_STRIDE = 10**9  # each poster writes its own step range: expected counts add up exactly
+TARGET_P99_MS = 250.0  # normal posters' and /healthz's
+HOSTILE_HEADER_TIMEOUT_S, HOSTILE_BODY_TIMEOUT_S = 2.0, 5.0
+CUT_MARGIN_S = 3.0  # a slow connection must be closed within its deadline + this
 ROLLOUT_KEYS = ["rollout/reward", "rollout/len", "rollout/entropy", "rollout/staleness", "rollout/logp_mean",
                 "rollout/eos_frac", "rollout/truncated", "rollout/tps", "rollout/queue", "rollout/latency_s"]
 TRAINER_KEYS = ["loss", "grad_norm", "lr", "align/kl_k3", "align/kl_k1", "align/is_ratio_mean",
@@ -46,6 +53,7 @@ class Poster:
     index: int
     keys: list[str]
     steps_per_post: int
+    stride: int = 1  # the number of posters: each writes every stride-th step, all near the run's last step
     client_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     seq: int = 0
     step: int = 0
@@ -59,8 +67,9 @@ class Poster:
     duplicates: int = 0
 
     def body(self) -> dict:
-        base = self.index * STEP_STRIDE + self.step
-        steps = list(range(base, base + self.steps_per_post))
+        # Steps of its own (expected counts add up exactly), interleaved with the other posters' like
+        # workers logging the same training steps: never far past the run's last step (max_step_ahead).
+        steps = [(self.step + j) * self.stride + self.index for j in range(self.steps_per_post)]
         rng = random.Random(self.seq * 7919 + self.index)
         return {"client_id": self.client_id, "seq": self.seq, "steps": steps,
                 "series": {k: [rng.random() for _ in steps] for k in self.keys}}
@@ -84,13 +93,13 @@ class RawHTTP:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
         """(status, body). Raises OSError / asyncio.IncompleteReadError on a broken connection."""
         try:
             if self.writer is None:
                 self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
             assert self.reader is not None
-            self.writer.write(f"POST {self.prefix}{path} HTTP/1.1\r\n{self.head}Content-Length: {len(body)}\r\n\r\n"
+            self.writer.write(f"{method} {self.prefix}{path} HTTP/1.1\r\n{self.head}Content-Length: {len(body)}\r\n\r\n"
                               .encode() + body)
             await self.writer.drain()
             status = int((await self.reader.readline()).split()[1])
@@ -178,22 +187,45 @@ def _run_in_own_thread(coro_fn) -> None:  # noqa: ANN001
         raise errors[0]
 
 
+async def _probe_health(url: str, until: float, record_after: float, latencies_ms: list[float]) -> None:
+    """GET /healthz ten times a second on its own connection: what a load balancer would see."""
+    client = RawHTTP(url, None)
+    try:
+        while time.monotonic() < until:
+            t0 = time.monotonic()
+            try:
+                await client.post("/healthz", b"", method="GET")
+            except OSError:
+                pass  # counted by its latency: a failed probe took as long as it took
+            if t0 >= record_after:
+                latencies_ms.append((time.monotonic() - t0) * 1000)
+            await asyncio.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
+    finally:
+        await client.close()
+
+
 def drive(url: str, run_id: int, workers: int, duration: float, points_per_post: int,
-          token: str | None = None, warmup: float = 2.0) -> dict:
-    """Run `workers` rollout posters + 1 trainer for `duration` s; returns figures (not yet verified)."""
+          token: str | None = None, warmup: float = 2.0, hostile: bool = False) -> dict:
+    """Run `workers` rollout posters + 1 trainer for `duration` s (and, `hostile`, the attacker of
+    bench/_hostile.py in its own process); returns figures (not yet verified)."""
     rollout_steps = max(1, points_per_post // len(ROLLOUT_KEYS))
     trainer_steps = max(1, points_per_post // len(TRAINER_KEYS))
-    posters = [Poster(i + 1, ROLLOUT_KEYS, rollout_steps) for i in range(workers)]
-    posters.append(Poster(0, TRAINER_KEYS, trainer_steps))
+    stride = workers + 1
+    posters = [Poster(i + 1, ROLLOUT_KEYS, rollout_steps, stride) for i in range(workers)]
+    posters.append(Poster(0, TRAINER_KEYS, trainer_steps, stride))
+    attacker = _start_attacker(url, run_id, warmup + duration, token) if hostile else None
     start = time.monotonic()
     until = start + warmup + duration
     record_after = start + warmup
+    health_ms: list[float] = []
 
     async def main() -> None:
-        await asyncio.gather(*(_post_loop(p, url, run_id, token, until, 1.0, record_after) for p in posters))
+        await asyncio.gather(_probe_health(url, until, record_after, health_ms),
+                             *(_post_loop(p, url, run_id, token, until, 1.0, record_after) for p in posters))
 
     _run_in_own_thread(main)
     wall = time.monotonic() - start
+    attack = _attack_figures(attacker) if attacker else None
     lat = [x for p in posters for x in p.latencies_ms]
     acked: dict[str, int] = {}
     for p in posters:
@@ -211,8 +243,33 @@ def drive(url: str, run_id: int, workers: int, duration: float, points_per_post:
         "status_5xx": sum(p.status_5xx for p in posters), "other_errors": sum(p.other_errors for p in posters),
         "retries": sum(p.retries for p in posters),
         "unacknowledged_batches": sum(p.unacknowledged for p in posters), "duplicates": sum(p.duplicates for p in posters),
+        "healthz_p99_ms": round(percentile(health_ms, 99), 1), "healthz_max_ms": round(max(health_ms), 1) if health_ms else None,
+        "attack": attack,
         "acknowledged": acked,
     }
+
+
+def _start_attacker(url: str, run_id: int, seconds: float, token: str | None):  # noqa: ANN202
+    import multiprocessing
+
+    from _hostile import attack
+
+    ctx = multiprocessing.get_context("spawn")
+    out, ready = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=attack, args=(url, run_id, seconds, token, out, ready), daemon=True)
+    proc.start()
+    if not ready.wait(timeout=120):  # its bodies built: the building is not part of the window
+        raise RuntimeError("the hostile neighbour did not get ready")
+    return proc, out
+
+
+def _attack_figures(attacker) -> dict:  # noqa: ANN001
+    proc, out = attacker
+    try:
+        figures = out.get(timeout=120)
+    finally:
+        proc.join(timeout=30)
+    return figures
 
 
 def stored_counts(url: str, run_id: int, token: str | None = None) -> dict[str, int]:
@@ -230,18 +287,27 @@ def verify(result: dict, stored: dict[str, int]) -> dict:
     return result
 
 
-def one_database(kind: str, workers: int, duration: float, points_per_post: int) -> dict:
+def one_database(kind: str, workers: int, duration: float, points_per_post: int, hostile: bool = False) -> dict:
     with scratch_db(kind, "load") as db_url, paritywatch_server(db_url) as server:
         run_id = httpx.post(server.url + "/api/v1/runs", json={"name": "load"}, timeout=30).json()["id"]
-        progress(f"{kind}: {workers} rollout workers + 1 trainer, {points_per_post} points/post, {duration:.0f} s")
-        res = drive(server.url, run_id, workers, duration, points_per_post)
+        progress(f"{kind}: {workers} rollout workers + 1 trainer, {points_per_post} points/post, {duration:.0f} s"
+                 + (", with a hostile neighbour" if hostile else ""))
+        res = drive(server.url, run_id, workers, duration, points_per_post, hostile=hostile)
         res = verify(res, stored_counts(server.url, run_id))
         log_text = server.log_path.read_text(errors="replace")
         res["database_locked_in_log"] = log_text.count("database is locked")
         res["tracebacks_in_log"] = log_text.count("Traceback")
-    progress(f"{kind}: {res['points_per_s']:,} points/s, p99 {res['p99_ms']} ms, 5xx {res['status_5xx']}, "
+    progress(f"{kind}: {res['points_per_s']:,} points/s, p99 {res['p99_ms']} ms, /healthz p99 {res['healthz_p99_ms']} ms, "
+             f"5xx {res['status_5xx']}, "
              f"lost {res['lost']}, doubled {res['doubled']}")
     return res
+
+
+def _slow_connections_cut(attack: dict) -> bool:
+    """Every slow connection closed by the server within its deadline (+ margin)."""
+    longest = attack["slow_connection_longest_open_s"]
+    return (longest["headers"] is not None and longest["headers"] <= HOSTILE_HEADER_TIMEOUT_S + CUT_MARGIN_S
+            and longest["body"] is not None and longest["body"] <= HOSTILE_BODY_TIMEOUT_S + CUT_MARGIN_S)
 
 
 def main() -> None:
@@ -250,29 +316,41 @@ def main() -> None:
     ap.add_argument("--workers", type=int, help="rollout workers (default 256, quick 64)")
     ap.add_argument("--duration", type=float, help="measured seconds per database (default 30, quick 7)")
     ap.add_argument("--points", type=int, default=600, help="points per post (default 600: 257 x 600 = 154k/s)")
-    ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--db", choices=("sqlite", "postgresql", "both"), default="both",
+                    help="the database(s) to run against (default both)")
+    ap.add_argument("--no-postgres", action="store_true", help="same as --db sqlite")
+    ap.add_argument("--hostile", action="store_true",
+                    help="a hostile neighbour sends issue 26's attacks meanwhile (bench/_hostile.py); the server "
+                         f"runs with {HOSTILE_HEADER_TIMEOUT_S:g} s / {HOSTILE_BODY_TIMEOUT_S:g} s head / body deadlines")
     args = ap.parse_args()
     workers = args.workers or (64 if args.quick else 256)
     duration = args.duration or (7.0 if args.quick else 30.0)
     offered = (workers + 1) * args.points
+    if args.hostile:  # short deadlines: the run sees slow connections cut, not just held
+        os.environ["PARITYWATCH_HEADER_TIMEOUT_S"] = str(HOSTILE_HEADER_TIMEOUT_S)
+        os.environ["PARITYWATCH_BODY_TIMEOUT_S"] = str(HOSTILE_BODY_TIMEOUT_S)
+    kinds = ("sqlite", "postgresql") if args.db == "both" else (args.db,)
     results, notes = {}, []
-    for kind in ("sqlite", "postgresql"):
+    for kind in kinds:
         if kind == "postgresql" and (args.no_postgres or not pg_available()):
             notes.append("postgresql skipped")
             continue
-        results[kind] = one_database(kind, workers, duration, args.points)
+        results[kind] = one_database(kind, workers, duration, args.points, args.hostile)
     clean = all(r["status_5xx"] == 0 and r["other_errors"] == 0 and r["unacknowledged_batches"] == 0
                 and not r["lost"] and not r["doubled"] and r["database_locked_in_log"] == 0
                 and r["tracebacks_in_log"] == 0 for r in results.values())
     # Held: at least 95% of what was offered (the DESIGN figure applies to the full 256 + 1 run).
     rate_target = TARGET_POINTS_PER_S if workers >= 256 else 0.95 * offered
     met = clean and bool(results) and all(
-        r["points_per_s"] >= rate_target and r["p99_ms"] < TARGET_P99_MS for r in results.values())
+        r["points_per_s"] >= rate_target and r["p99_ms"] < TARGET_P99_MS and r["healthz_p99_ms"] < TARGET_P99_MS
+        and (not args.hostile or _slow_connections_cut(r["attack"])) for r in results.values())
     emit({
         "bench": "load", "quick": args.quick, "workers": workers, "trainer": 1, "points_per_post": args.points,
         "offered_points_per_s": offered, "cpu_cores": os.cpu_count(),
         "points_per_s": {k: r["points_per_s"] for k, r in results.items()},
         "p99_ms": {k: r["p99_ms"] for k, r in results.items()},
+        "healthz_p99_ms": {k: r["healthz_p99_ms"] for k, r in results.items()},
+        "hostile": args.hostile,
         "status_5xx": {k: r["status_5xx"] for k, r in results.items()},
         "other_errors": {k: r["other_errors"] for k, r in results.items()},
         "unacknowledged_batches": {k: r["unacknowledged_batches"] for k, r in results.items()},
@@ -282,7 +360,9 @@ def main() -> None:
         "detail": results, "notes": notes,
         "target": (f">= {TARGET_POINTS_PER_S} points/s held (256 workers + 1 trainer)" if workers >= 256 else
                    f">= 95% of offered {offered} points/s") +
-                  f", p99 < {TARGET_P99_MS:g} ms (failed requests included), clean: no failed request (5xx, other "
+                  f", p99 < {TARGET_P99_MS:g} ms (failed requests included) and /healthz p99 < {TARGET_P99_MS:g} ms"
+                  + (f", every slow connection closed within its deadline + {CUT_MARGIN_S:g} s" if args.hostile else "")
+                  + ", clean: no failed request (5xx, other "
                   "status, broken connection), every batch acknowledged, no traceback or 'database is locked' in the "
                   "server log, nothing lost or doubled",
         "met": met,

@@ -20,10 +20,59 @@ SIDES = ("trainer", "rollout")
 # Severities of alerts and rules, worst first.
 SEVERITIES = ("error", "warning", "info")
 
+
+# The paths the hooks call, relative to API_PREFIX (tests/contract/test_hook_paths.py matches each
+# against the backend's OpenAPI schema).
+WHOAMI_PATH = "/whoami"
+RUNS_PATH = "/runs"
+
+
+def run_path(run_id: int, tail: str) -> str:
+    """`/runs/{run_id}/{tail}`: metrics, audits, components, control/wait, control/stopped."""
+    return f"{RUNS_PATH}/{run_id}/{tail}"
+
+
+def component_path(run_id: int, component_id: int, tail: str) -> str:
+    """`/runs/{run_id}/components/{component_id}/{tail}`: fingerprint, attestations, heartbeat, close."""
+    return run_path(run_id, f"components/{component_id}/{tail}")
+
+
+# --------------------------------------------------------------------------- runs and processes
+
+# The run state machine (docs/design.md, "Runs, processes and control"): control actions move
+# running <-> paused -> stopping -> stopped; process lifecycle adds finished (the trainer closed
+# without a stop) and crashed (every process lost; recoverable).
+RUN_STATES = ("running", "paused", "stopping", "stopped", "finished", "crashed")
+LIVE_RUN_STATES = ("running", "paused", "stopping")  # the heartbeat sweep looks at these only
+ENDED_RUN_STATES = ("stopped", "finished")  # a clean end: its open alerts resolve
+STOP_STATES = ("stopping", "stopped")  # a hook that sees one of these stops training
+ACTIVE_RUN_STATES = ("running", "paused")  # a detector acts on these only (a stopping run is ending)
+# Control actions: action -> (the states it may start from, the state it moves the run to). The
+# server enforces them; the dashboard offers an action only where it is allowed (/ui-config).
+RUN_CONTROL_ACTIONS = {
+    "pause": (("running",), "paused"),
+    "resume": (("paused",), "running"),
+    "stop": (("running", "paused", "crashed"), "stopping"),  # a crashed run: stopped at once (nobody is left)
+}
+COMPONENT_STATUSES = ("live", "closed", "lost")  # stored
+# What readers are shown: the stored status, or `ended` (never stored): a live process of an ended
+# run silent for the heartbeat timeout (backend/detect/workers.py, process_state).
+ENDED_PROCESS = "ended"
+PROCESS_STATES = (*COMPONENT_STATUSES, ENDED_PROCESS)
+ALERT_KINDS = ("processor_mismatch", "metric_threshold", "metric_trend", "heartbeat_lost",
+               "weights_mismatch", "weights_stale", "weights_backwards", "sample_audit")
+
 # --------------------------------------------------------------------------- metric batches
 
 # Points a batch may carry, counted on the wire: len(steps) * len(series), nulls included.
 MAX_POINTS_PER_BATCH = 100_000
+# Metric keys (series) a batch may create, and a run may hold: a batch over either is refused
+# whole (422, saying the cap and how many keys were new) before anything is written. Every key is
+# a row with its own chunks, roll-ups and stats: 10,000 keys a batch keep its write short beside
+# the other runs' batches (docs/design.md, "Metric keys"); a run at 100,000 keys logs a key per
+# sample or per token id, not a metric.
+MAX_NEW_KEYS_PER_BATCH = 10_000
+MAX_KEYS_PER_RUN = 100_000
 MAX_KEY_LENGTH = 200
 MAX_NAME_LENGTH = 200  # run, project and worker names
 MAX_STEP = 2**53
@@ -77,6 +126,22 @@ MOE_ROUTER_FLIP_RATE_KEY = "moe/router_flip_rate"
 # saw-tooth (backend/detect/); the scored ones take a score against the noise as their threshold.
 RULE_KINDS = ("threshold", "trend", "baseline", "sawtooth")
 SCORED_RULE_KINDS = ("trend", "sawtooth")
+
+
+# A run's config is JSON: NaN and the infinities (which strict JSON, and PostgreSQL's json type,
+# cannot hold) are stored and returned as these strings, at any depth, on every database.
+NONFINITE_CONFIG_VALUES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def config_value(value: Any) -> Any:
+    """`value` (a run config or any part of it) with each non-finite float replaced by its string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return NONFINITE_CONFIG_VALUES[repr(value)]
+    if isinstance(value, dict):
+        return {k: config_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [config_value(v) for v in value]
+    return value
 
 
 def metric_key_problem(key: Any, max_length: int = MAX_KEY_LENGTH) -> str | None:
@@ -258,17 +323,23 @@ SERVER_KEEPALIVE_S = 30.0
 
 # --------------------------------------------------------------------------- webhooks
 
+EVENT_ALERT_FIRING = "alert.firing"
+EVENT_ALERT_RESOLVED = "alert.resolved"
+EVENT_ALERT_ACKNOWLEDGED = "alert.acknowledged"
+EVENT_RUN_CONTROL = "run.control"
+EVENT_RUN_ENDED_TAINTED = "run.ended_tainted"
+EVENT_TEST = "test"
 # The event types a webhook subscribes to, with what each means (GET /webhooks/event-types).
 WEBHOOK_EVENT_DESCRIPTIONS = {
-    "alert.firing": "A group of alerts (by default: one run, one alert kind) has new or still-firing alerts.",
-    "alert.resolved": "Every alert of a group that was announced as firing has resolved.",
-    "alert.acknowledged": "Someone acknowledged an alert.",
-    "run.control": "A run was paused, resumed, stopped, completed its stop, or crashed (never for a clean finish).",
-    "run.ended_tainted": ("A run ended (stopped, finished or crashed) having trained steps while a divergence was open "
-                          "(a processor or weights mismatch, misaligned samples): data.taint lists the step ranges; "
-                          "checkpoints from data.taint.first_step on were trained on them. Never sent for a run that "
-                          "trained clean."),
-    "test": "The test event sent from the Webhooks page or POST /webhooks/{id}/test.",
+    EVENT_ALERT_FIRING: "A group of alerts (by default: one run, one alert kind) has new or still-firing alerts.",
+    EVENT_ALERT_RESOLVED: "Every alert of a group that was announced as firing has resolved.",
+    EVENT_ALERT_ACKNOWLEDGED: "Someone acknowledged an alert.",
+    EVENT_RUN_CONTROL: "A run was paused, resumed, stopped, completed its stop, or crashed (never for a clean finish).",
+    EVENT_RUN_ENDED_TAINTED: ("A run ended (stopped, finished or crashed) having trained steps while a divergence "
+                              "was open (a processor or weights mismatch, misaligned samples): data.taint lists the step ranges; "
+                              "checkpoints from data.taint.first_step on were trained on them. Never sent for a "
+                              "run that trained clean."),
+    EVENT_TEST: "The test event sent from the Webhooks page or POST /webhooks/{id}/test.",
 }
 WEBHOOK_EVENT_TYPES = tuple(WEBHOOK_EVENT_DESCRIPTIONS)
 

@@ -11,11 +11,12 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
+from . import contract
 from .health import problem_of
 from .logs import LogOnce, log
 from .transport import Backoff, Transport, TransportError
 
-STOP_STATES = frozenset({"stopping", "stopped"})
+STOP_STATES = frozenset(contract.STOP_STATES)
 
 
 class ControlState:
@@ -148,7 +149,7 @@ class ControlPoller:
             run_id = self._resolve_run_id(transport)
             control = transport.request(
                 "GET",
-                f"/runs/{run_id}/control/wait",
+                contract.run_path(run_id, "control/wait"),
                 params={"after_version": self.state.version, "timeout": self.poll_timeout_s},
                 timeout=self.poll_timeout_s + 10.0,
             )

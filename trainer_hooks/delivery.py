@@ -177,7 +177,7 @@ class MetricDelivery:
         run_id, component_id = self._ids_for(transport, record)
         own = record["client_id"] == self.client_id
         foreign = RunKey.from_record(record["run"]) != self.registry.run  # a leftover of another run
-        answer = transport.request("POST", f"/runs/{run_id}/metrics", json=wire_batch(record, component_id),
+        answer = transport.request("POST", contract.run_path(run_id, "metrics"), json=wire_batch(record, component_id),
                                    timeout=self._timeout(), purpose=FOREIGN if foreign else None)
         self.stats.sent_batches += 1
         self._refusal = None

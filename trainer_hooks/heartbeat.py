@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
+from . import contract
 from .health import keeps_batches, problem_of
 from .logs import LogOnce
 from .progress import Progress
@@ -51,7 +52,7 @@ class Heartbeat:
         try:
             run_id, component_id = self.registry.ids(transport)
             body = self.progress.heartbeat_body(self._delivered_points())
-            answer = transport.request("POST", f"/runs/{run_id}/components/{component_id}/heartbeat", json=body)
+            answer = transport.request("POST", contract.component_path(run_id, component_id, "heartbeat"), json=body)
         except TransportError as exc:
             if keeps_batches(exc):  # the backend may take the next beat: do not hammer it meanwhile
                 self.backoff.failed(exc.retry_after)

@@ -643,7 +643,7 @@ class ParityMonitor:
         run_id, component_id = ids
         transport = self._new_transport()
         try:
-            control = transport.request("POST", f"/runs/{run_id}/control/stopped",
+            control = transport.request("POST", contract.run_path(run_id, "control/stopped"),
                                         json={"component_id": component_id}, timeout=timeout)
             self._control.observe(control)
         except TransportError as exc:
@@ -659,7 +659,7 @@ class ParityMonitor:
         run_id, component_id = ids
         transport = self._new_transport()
         try:
-            control = transport.request("POST", f"/runs/{run_id}/components/{component_id}/close",
+            control = transport.request("POST", contract.component_path(run_id, component_id, "close"),
                                         json={"reason": "ParityMonitor.close()"}, timeout=timeout)
             if isinstance(control.get("control"), Mapping):
                 self._control.observe(control["control"])

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import health
+from . import contract, health
 from .transport import FOREIGN, PROBE, REGISTRATION, Transport, TransportError
 
 # Scopes that may post metrics (admin implies every other).
@@ -67,13 +67,13 @@ class Registry:
             run_id = self._run_id(transport, run, timeout, purpose)
             key = (run_id, component.side, component.worker_id)
             if key not in self._components:
-                body = transport.request("POST", f"/runs/{run_id}/components", json=component.as_record(),
+                body = transport.request("POST", contract.run_path(run_id, "components"), json=component.as_record(),
                                          timeout=timeout, purpose=purpose)
                 self._components[key] = int(body["id"])
             return run_id, self._components[key]
 
     def _probe(self, transport: Transport, timeout: float | None) -> None:
-        body = transport.request("GET", "/whoami", timeout=timeout, purpose=PROBE)
+        body = transport.request("GET", contract.WHOAMI_PATH, timeout=timeout, purpose=PROBE)
         scopes = body.get("scopes") if isinstance(body, dict) else None
         if not isinstance(scopes, list):
             problem, message = health.WRONG_URL, "GET /whoami did not answer as the Paritywatch API"
@@ -109,6 +109,6 @@ class Registry:
                 payload.update(tags=self.tags, config=self.config)
                 if self.packs:
                     payload["packs"] = self.packs
-            self._runs[run] = int(transport.request("POST", "/runs", json=payload, timeout=timeout, purpose=purpose)["id"])
+            self._runs[run] = int(transport.request("POST", contract.RUNS_PATH, json=payload, timeout=timeout, purpose=purpose)["id"])
         return self._runs[run]
 

@@ -77,7 +77,7 @@ class FingerprintUploads(_PendingUploads):
     def _post(self, transport: Transport, fingerprint: dict[str, Any]) -> None:
         """The digest first; the whole object only when the server answers `fingerprint_unknown`."""
         run_id, component_id = self.registry.ids(transport, timeout=self._timeout())
-        path = f"/runs/{run_id}/components/{component_id}/fingerprint"
+        path = contract.component_path(run_id, component_id, "fingerprint")
         try:
             transport.request("POST", path, json={"digest": fingerprint["digest"]}, timeout=self._timeout())
         except TransportError as exc:
@@ -96,7 +96,7 @@ class AttestationUploads(_PendingUploads):
 
     def _post(self, transport: Transport, attestation: dict[str, Any]) -> None:
         run_id, component_id = self.registry.ids(transport, timeout=self._timeout())
-        transport.request("POST", f"/runs/{run_id}/components/{component_id}/attestations", json=attestation,
+        transport.request("POST", contract.component_path(run_id, component_id, "attestations"), json=attestation,
                           timeout=self._timeout())
 
 
@@ -118,5 +118,5 @@ class AuditUploads(_PendingUploads):
 
     def _post(self, transport: Transport, audit: dict[str, Any]) -> None:
         run_id, component_id = self.registry.ids(transport, timeout=self._timeout())
-        transport.request("POST", f"/runs/{run_id}/audits", json={**audit, "component_id": component_id},
+        transport.request("POST", contract.run_path(run_id, "audits"), json={**audit, "component_id": component_id},
                           timeout=self._timeout())

@@ -14,6 +14,7 @@ from paritywatch.backend.models import Alert, Run, utcnow
 from paritywatch.backend.store import alerts as store
 from paritywatch.backend.store import notifications as notification_store
 from paritywatch.backend.webhooks.outbox import enqueue_event, run_ref, wants
+from trainer_hooks import contract
 
 ACTOR = "paritywatch"
 get_alert = store.get_alert
@@ -99,7 +100,7 @@ def acknowledge(s: Session, run: Run, alert: Alert, actor: str, note: str | None
     if alert.status == "firing":
         alert.status, alert.updated_at = "acknowledged", utcnow()
         store.add_event(s, alert.id, "acknowledged", actor, note)
-        enqueue_event(s, "alert.acknowledged",
+        enqueue_event(s, contract.EVENT_ALERT_ACKNOWLEDGED,
                       {"alert": alert_json(alert), "run": run_ref(s, run), "actor": actor, "note": note,
                        "url": effects_of(s).run_url(run.id)}, run.project)
     return alert
@@ -112,7 +113,7 @@ def _groups_changed(s: Session, run: Run, alert: Alert) -> None:
     hooks = cache.get(run.project)
     if hooks is None:
         hooks = cache[run.project] = [h for h in notification_store.webhooks_for(s, run.project)
-                                      if wants(h, "alert.firing") or wants(h, "alert.resolved")]
+                                      if wants(h, contract.EVENT_ALERT_FIRING) or wants(h, contract.EVENT_ALERT_RESOLVED)]
     now = utcnow()
     default_group_by = effects_of(s).default_group_by
     for hook in hooks:

@@ -30,6 +30,7 @@ from paritywatch.backend.store import alerts as alert_store
 from paritywatch.backend.store import notifications as store
 from paritywatch.backend.store import silences as silence_store
 from paritywatch.backend.webhooks.outbox import enqueue_for, run_ref, wants
+from trainer_hooks import contract
 
 log = logging.getLogger("paritywatch.notify")
 BATCH = 200
@@ -125,7 +126,7 @@ class Notifier:
         newly_resolved = [(a, r) for a, r in resolved if a.id in told]
         status = "firing" if firing else "resolved"
         group.last_sent_at, group.last_firing, group.last_reason = now, sorted({*firing, *muted_told}), decision.reason
-        event_type = f"alert.{status}"
+        event_type = contract.EVENT_ALERT_FIRING if firing else contract.EVENT_ALERT_RESOLVED
         if not wants(hook, event_type):
             return 0  # the log moves on; this webhook does not want this kind of news
         payload = self._message(s, group, labels, status, decision.reason, list(firing.values()), newly_resolved,

@@ -41,14 +41,10 @@ from paritywatch.backend.store.alerts import heartbeat_key
 from paritywatch.backend.store import runs as run_store
 from paritywatch.backend.store.workers import silent_cutoff
 from paritywatch.backend.webhooks.outbox import enqueue_event, run_ref
+from trainer_hooks import contract
 
 ACTOR = "paritywatch"
-# action -> (states it may start from, resulting state)
-ACTIONS = {
-    "pause": ({"running"}, "paused"),
-    "resume": ({"paused"}, "running"),
-    "stop": ({"running", "paused"}, "stopping"),
-}
+ACTIONS = contract.RUN_CONTROL_ACTIONS  # action -> (states it may start from, resulting state)
 QUIET_STATES = ("finished",)  # a clean end pages nobody: no run.control event
 # A run that ends in one of these having trained on tainted steps sends `run.ended_tainted` (a
 # finish too: its checkpoints are what a user must now refuse).
@@ -73,9 +69,9 @@ def change_state(s: Session, run: Run, target: str, actor: str | None, reason: s
     control["updated_at"] = control["updated_at"].isoformat()
     data = {"run": run_ref(s, run), "control": control, "from_state": previous, "taint": record}
     if target not in QUIET_STATES:
-        enqueue_event(s, "run.control", data, run.project)
+        enqueue_event(s, contract.EVENT_RUN_CONTROL, data, run.project)
     if target in END_STATES and record["tainted"]:
-        enqueue_event(s, "run.ended_tainted", data, run.project)
+        enqueue_event(s, contract.EVENT_RUN_ENDED_TAINTED, data, run.project)
     return True
 
 
@@ -101,7 +97,7 @@ def apply_action(effects: Effects, db: Database, run_id: int, action: str, actor
 def act_on_rule(s: Session, run: Run, action: str, reason: str) -> bool:
     """A rule's action (pause | stop) where it applies; True if the state changed."""
     allowed_from, target = ACTIONS[action]
-    if run.control_state not in allowed_from:
+    if run.control_state not in allowed_from or run.control_state not in contract.ACTIVE_RUN_STATES:
         return False
     return change_state(s, run, target, ACTOR, reason)
 

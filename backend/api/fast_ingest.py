@@ -11,19 +11,13 @@ Whatever it does not take verbatim — another path or method, a query string (t
 """
 from __future__ import annotations
 
-import re
-
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from paritywatch.backend.api.deps import INGEST_BULK, PRINCIPAL_KEY, RunProjects
 from paritywatch.backend.api.errors import handler_response
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
-from paritywatch.backend.middleware import header
-from trainer_hooks.contract import API_PREFIX
-
-# Up to 18 digits: always a 64-bit id; longer ones take the route (and its own answer).
-BATCH_PATH = re.compile(re.escape(API_PREFIX) + r"/runs/([0-9]{1,18})/metrics")
+from paritywatch.backend.middleware import BATCH_PATH, header
 
 
 class MetricBatchFastPath:

@@ -56,6 +56,7 @@ async def ingest_metric_batch(svc: IngestServices, run_id: int, body: bytes,
     # On the event loop: packing is CPU work either way, and the write waits for the group-commit
     # writer without holding a thread. Anything that may query goes to the pool.
     settings = svc.settings
+    await svc.store.check_new_keys_async(run_id, list(batch.series))  # far over a cap: refused before packing
     prepared = prepare_batch(batch.steps, batch.series, settings.max_points_per_batch, settings.max_key_length)
     keys = set(prepared.points)
     watched = svc.engine.cached_watched_keys(run_id, keys)

@@ -35,7 +35,8 @@ from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.detect import rules as rule_logic
 from paritywatch.backend.detect import sawtooth, trend
 from paritywatch.backend.detect.parity import (bounded_diff, compute_parity, diff_cached, diff_is_cached,
-                                               differing_components, mismatch_alerts, sampling_why)
+                                               differing_components, evidence_of_findings, mismatch_alerts,
+                                               sampling_why)
 from paritywatch.backend.models import Rule, Run, utcnow
 from paritywatch.backend.settings import Settings
 from paritywatch.backend.store import audits as audit_store
@@ -48,6 +49,8 @@ from paritywatch.backend.store.jobs import BatchSpan, Job
 from paritywatch.backend.store.metric_reads import metric_key, read_raw  # raw points are packed chunks: decoded here
 from paritywatch.backend.store.runs import lock_run
 from trainer_hooks.contract import split_worker_key
+from trainer_hooks import contract
+from trainer_hooks.fingerprint.diff import findings_text
 
 log = logging.getLogger("paritywatch.detect")
 ACTOR = run_state.ACTOR
@@ -171,22 +174,24 @@ class DetectionEngine:
                 current.add(key)
                 group, members = groups[0], [c for g in groups for c in g.components]
                 names = differing_components(group.diff, group.verdict)
+                named = findings_text(group.diff, group.verdict) or "fingerprint"  # names, with the probes' evidence
                 ref = parity.reference
                 title = (f"{len(members)} {members[0].side} worker(s) differ from the "
-                         f"{ref.side} in {', '.join(names) or 'fingerprint'}{sampling_why(group.diff, names)}")
+                         f"{ref.side} in {named}{sampling_why(group.diff, names)}")
                 detail = {
                     "trainer_digest": parity.reference_digest, "rollout_digest": group.digest,
                     "reference_component_id": ref.id,
                     "component_ids": [c.id for c in members],
                     "worker_ids": [c.worker_id for c in members],
-                    "components": names, "diff": bounded_diff(group.diff, self.settings.max_alert_detail_bytes),
+                    "components": names, "evidence": evidence_of_findings(group.diff, group.verdict),
+                    "diff": bounded_diff(group.diff, self.settings.max_alert_detail_bytes),
                 }
                 before = lifecycle.open_alert(s, run_id, key)
                 escalates = before is None or before.severity != "error"  # new, or a warning that became an error
                 lifecycle.fire(s, run, "processor_mismatch", group.verdict, key, title, detail,
                                step=run.last_step)  # when it was found: a marker on every chart
                 if escalates and group.verdict == "error":
-                    run_state.pause_on_mismatch(s, run, f"processor mismatch: {', '.join(names)}")
+                    run_state.pause_on_mismatch(s, run, f"processor mismatch: {named}")
             for alert in lifecycle.open_alerts(s, run_id, "processor_mismatch"):
                 if alert.dedup_key not in current:
                     lifecycle.resolve(s, run, alert, ACTOR, "processors match again", auto=True)
@@ -239,7 +244,7 @@ class DetectionEngine:
         findings = self._weight_findings(s, run, now)
         self._describe_mismatches(s, [f for f in findings if f.kind == "weights_mismatch" and f.severity == "error"])
         current = {_weight_key(f) for f in findings}
-        if run.control_state in ("running", "paused"):  # a run that ended or is stopping has nothing to act on
+        if run.control_state in contract.ACTIVE_RUN_STATES:  # a run that ended or is stopping has nothing to act on
             for finding in findings:
                 self._fire_weights(s, run, finding)
         for alert in _open_weight_alerts(s, run.id):
@@ -288,7 +293,7 @@ class DetectionEngine:
         with self.db.read() as s:
             run = run_store.get_run(s, run_id)
             firing = {_weight_key(f) for f in self._weight_findings(s, run, now)} \
-                if run.control_state in ("running", "paused") else set()
+                if run.control_state in contract.ACTIVE_RUN_STATES else set()
             unchanged = firing == {a.dedup_key for a in _open_weight_alerts(s, run_id)}
         if not unchanged:
             with self.effects.write(self.db) as s:

@@ -10,7 +10,7 @@ from threading import Lock
 
 from paritywatch.backend.models import Component
 from trainer_hooks.contract import LATE_FINGERPRINT_COMPONENTS, SAMPLING_PARAMS_COMPONENT
-from trainer_hooks.fingerprint.diff import RANK
+from trainer_hooks.fingerprint.diff import RANK, findings
 
 _DIFF_CACHE: "OrderedDict[tuple[str, str], dict]" = OrderedDict()
 _DIFF_LOCK = Lock()
@@ -170,7 +170,15 @@ def mismatch_digest(dedup_key: str) -> str | None:
 
 
 def differing_components(diff: dict, severity: str = "error") -> list[str]:
-    return [c["name"] for c in diff.get("components", []) if c.get("severity") == severity]
+    """The components that differ at `severity`: behaviour probes that only demonstrate another
+    component's difference are its evidence, not a name of their own (diff.findings)."""
+    return [name for name, _ in findings(diff, severity)]
+
+
+def evidence_of_findings(diff: dict, severity: str = "error") -> dict[str, str]:
+    """{component: what the probes show of it}, e.g. {"chat_template": "rendered differently in 3 of
+    18 probe conversations"}, for the components at `severity` that have such evidence."""
+    return {name: why for name, why in findings(diff, severity) if why}
 
 
 def sampling_why(diff: dict, names: list[str]) -> str:

@@ -7,6 +7,8 @@ one keyset (the sample id) pages through them.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ from sqlalchemy.orm import Session
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import Component, SampleAudit, SampleAuditSample
 from paritywatch.backend.store import jobs
+from paritywatch.backend.store.metrics import check_replay
 from paritywatch.backend.store.paging import PageRequest, keyset, split_page
 from paritywatch.backend.store.runs import get_component, get_run
 
@@ -31,15 +34,17 @@ FAILURE_COUNTS = ("length_mismatch", "rerender_mismatch", "ids_mismatch", "trunc
 
 def store_audit(db: Database, run_id: int, body: dict[str, Any]) -> int | None:
     """Store one batch's audit (a validated `AuditBatch` as a dict) with its detection job; the
-    new audit's id, or None when (client_id, seq) was stored already (a retry)."""
+    new audit's id, or None when the run has (client_id, seq) stored already with the same
+    content (a retry). Conflict when it has them with other content."""
+    digest = audit_digest(body)
     try:
         with db.write() as s:
             get_run(s, run_id)  # 404 for a run that does not exist or is being deleted
-            if _stored_already(s, body["client_id"], body["seq"]):
+            if _stored_already(s, run_id, body, digest):
                 return None
             if body.get("component_id") is not None:
                 get_component(s, run_id, body["component_id"])
-            audit = _audit_row(run_id, body)
+            audit = _audit_row(run_id, body, digest)
             s.add(audit)
             s.flush()
             for rank, sample in reversed(list(enumerate(body["samples"]))):
@@ -48,22 +53,34 @@ def store_audit(db: Database, run_id: int, body: dict[str, Any]) -> int | None:
             return audit.id
     except IntegrityError:  # a concurrent retry of the same audit stored it first
         with db.read() as s:
-            if _stored_already(s, body["client_id"], body["seq"]):
+            if _stored_already(s, run_id, body, digest):
                 return None
         raise
 
 
-def _stored_already(s: Session, client_id: str, seq: int) -> bool:
-    return s.scalar(select(SampleAudit.id).where(SampleAudit.client_id == client_id, SampleAudit.seq == seq)) is not None
+def audit_digest(body: dict[str, Any]) -> str:
+    """The audit's content as the ledger keeps it (its JSON, keys sorted)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def _audit_row(run_id: int, body: dict[str, Any]) -> SampleAudit:
+def _stored_already(s: Session, run_id: int, body: dict[str, Any], digest: str) -> bool:
+    """Whether the run has this (client_id, seq); Conflict when with other content."""
+    row = s.execute(select(SampleAudit.id, SampleAudit.digest).where(
+        SampleAudit.run_id == run_id, SampleAudit.client_id == body["client_id"], SampleAudit.seq == body["seq"])).first()
+    if row is None:
+        return False
+    check_replay(row.digest, digest, f"audit seq {body['seq']} of client {body['client_id']!r}")
+    return True
+
+
+def _audit_row(run_id: int, body: dict[str, Any], digest: str) -> SampleAudit:
     counts = body["counts"]
     return SampleAudit(run_id=run_id, component_id=body.get("component_id"), client_id=body["client_id"],
                        seq=body["seq"], step=body.get("step"), samples=counts["samples"],
                        length_mismatches=counts["length_mismatch"], rerender_mismatches=counts["rerender_mismatch"],
                        truncated=counts["finish_length"], counts=counts,
-                       failing=max(counts.get(name, 0) for name in FAILURE_COUNTS))
+                       failing=max(counts.get(name, 0) for name in FAILURE_COUNTS), digest=digest)
 
 
 def _sample_row(audit_id: int, run_id: int, rank: int, sample: dict[str, Any]) -> SampleAuditSample:

@@ -16,6 +16,7 @@ All the arithmetic happens here, before the write touches the database.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +56,11 @@ class PreparedBatch:
     accepted: int
     skipped: int
     last_step: int | None = None
+    content: bytes = b""  # digest of the steps and series as sent (sorted), see content_digest
+
+    def ledger_digest(self, component_id: int | None) -> str:
+        """What the idempotency ledger keeps of the batch: its content and the process it names."""
+        return hashlib.blake2b(self.content + repr(component_id).encode(), digest_size=16).hexdigest()
 
     def spans(self, keys: list[str]) -> dict[str, BatchSpan]:
         """What the batch brought for each of `keys` that it has: the input of a rule evaluation."""
@@ -68,7 +74,8 @@ def prepare_batch(steps: list[int], series: dict[str, list], max_points: int, ma
     n_steps = len(steps)
     total = n_steps * len(series)
     if not series or not n_steps:
-        return PreparedBatch({}, 0, 0)
+        return PreparedBatch({}, 0, 0, content=content_digest(np.asarray(steps, dtype=STEP_DTYPE), list(series),
+                                                              np.zeros((len(series), n_steps))))
     st = np.asarray(steps, dtype=STEP_DTYPE)
     if n_steps > 1 and not bool((st[1:] >= st[:-1]).all()):
         order = np.argsort(st, kind="stable")  # stable: of equal steps the later one is "last"
@@ -80,6 +87,7 @@ def prepare_batch(steps: list[int], series: dict[str, list], max_points: int, ma
     vals = np.array([series[k] for k in keys], dtype=VALUE_DTYPE).reshape(len(keys), n_steps)
     if order is not None:
         vals = vals[:, order]
+    content = content_digest(st, keys, vals)
     finite = np.isfinite(vals)
     out: dict[str, KeyRows] = {}
     if bool(finite.all()):
@@ -96,7 +104,19 @@ def prepare_batch(steps: list[int], series: dict[str, list], max_points: int, ma
                 m = finite[i]
                 _fold([keys[i]], st[m], vals[i][m][None, :], out)
     last = max((kr.stats[2] for kr in out.values()), default=None)
-    return PreparedBatch(out, total - skipped, skipped, last)
+    return PreparedBatch(out, total - skipped, skipped, last, content)
+
+
+def content_digest(steps: np.ndarray, keys: list[str], vals: np.ndarray) -> bytes:
+    """A batch's content whatever the order of its keys: its steps (sorted), its keys (sorted) and
+    their values in that order (null, NaN and infinities as sent; NaN as one NaN)."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(steps.tobytes())
+    h.update("\0".join(keys[i] for i in order).encode())
+    rows = vals[order] if order else vals
+    h.update(np.where(np.isnan(rows), np.nan, rows).tobytes())
+    return h.digest()
 
 
 def group_starts(b: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from paritywatch.backend.store.metric_packing import CHUNK_SHIFT
 
 # Rows one SQLite INSERT takes, within the parameters a statement may have (32,766 since 3.32).
 ROWS_PER_STATEMENT = 500
+# Keys one SQLite statement looks up or inserts (PostgreSQL takes them all as one array).
+KEY_ROWS_PER_STATEMENT = 500
 SQLITE_MAX_PARAMETERS = 32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 
 
@@ -20,6 +22,12 @@ SQLITE_MAX_PARAMETERS = 32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else
 def _multi_row_sql(head: str, tail: str, width: int, rows: int) -> str:
     row = "(" + ", ".join("?" * width) + ")"
     return head + "VALUES " + ", ".join([row] * rows) + tail
+
+
+@functools.lru_cache(maxsize=8)
+def _insert_keys_sql(rows: int) -> str:
+    return ("INSERT INTO metric_keys (run_id, key, count) VALUES " + ", ".join(["(?, ?, 0)"] * rows)
+            + " ON CONFLICT (run_id, key) DO NOTHING RETURNING key, id")
 
 
 class MetricSql:
@@ -31,9 +39,11 @@ class MetricSql:
         self.param = p = "%s" if pg else "?"
         lo, hi = self.least, self.greatest
         self.claim = (
-            "INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, received_at) "
-            f"VALUES ({p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) ON CONFLICT (client_id, seq) DO NOTHING RETURNING id"
+            "INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, digest, received_at) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) "
+            "ON CONFLICT (run_id, client_id, seq) DO NOTHING RETURNING id"
         )
+        self.claimed = f"SELECT digest FROM ingest_batches WHERE run_id = {p} AND client_id = {p} AND seq = {p}"
         chunks = "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1) "
         self.chunks = chunks + f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
         upd = (
@@ -97,11 +107,43 @@ class MetricSql:
             part = rows[i : i + per_statement]
             cur.execute(_multi_row_sql(head, tail, width, len(part)), [v for row in part for v in row])
 
-    def create_keys(self, count: int) -> tuple[str, str]:
-        """(insert, select) of `count` metric keys of one run."""
-        p = self.param
-        return (f"INSERT INTO metric_keys (run_id, key, count) VALUES ({p}, {p}, 0) ON CONFLICT (run_id, key) DO NOTHING",
-                f"SELECT key, id FROM metric_keys WHERE run_id = {p} AND key IN ({', '.join([p] * count)})")
+    def lookup_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
+        """{key: series id} of those of `keys` the run has. PostgreSQL: one statement over an
+        array; SQLite: IN lists of KEY_ROWS_PER_STATEMENT keys (both index lookups, linear)."""
+        if self.pg:
+            cur.execute("SELECT key, id FROM metric_keys WHERE run_id = %s AND key = ANY(%s)", (run_id, keys))
+            return dict(cur.fetchall())
+        out: dict[str, int] = {}
+        for i in range(0, len(keys), KEY_ROWS_PER_STATEMENT):
+            part = keys[i : i + KEY_ROWS_PER_STATEMENT]
+            cur.execute(f"SELECT key, id FROM metric_keys WHERE run_id = ? AND key IN ({', '.join('?' * len(part))})",
+                        (run_id, *part))
+            out.update(cur.fetchall())
+        return out
+
+    def create_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
+        """{key: series id} of every one of `keys`, creating the run's missing ones: a bulk
+        INSERT .. ON CONFLICT DO NOTHING RETURNING, then a lookup of the ones it did not insert
+        (created meanwhile by another writer). Sorted first: two writers insert in one order."""
+        keys = sorted(keys)
+        if self.pg:
+            cur.execute("INSERT INTO metric_keys (run_id, key, count) SELECT %s, k, 0 FROM unnest(%s::text[]) AS k "
+                        "ON CONFLICT (run_id, key) DO NOTHING RETURNING key, id", (run_id, keys))
+            ids = dict(cur.fetchall())
+        else:
+            ids = {}
+            for i in range(0, len(keys), KEY_ROWS_PER_STATEMENT):
+                part = keys[i : i + KEY_ROWS_PER_STATEMENT]
+                cur.execute(_insert_keys_sql(len(part)), [v for k in part for v in (run_id, k)])
+                ids.update(cur.fetchall())
+        rest = [k for k in keys if k not in ids]
+        if rest:
+            ids.update(self.lookup_keys(cur, run_id, rest))
+        return ids
+
+    def count_keys(self, cur, run_id: int) -> int:  # noqa: ANN001
+        cur.execute(f"SELECT count(*) FROM metric_keys WHERE run_id = {self.param}", (run_id,))
+        return int(cur.fetchone()[0])
 
 
 def chunks_where(series_id: int, a: int, b: int | None, dense_only: bool, table: str = "") -> tuple[str, dict]:

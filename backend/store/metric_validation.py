@@ -11,6 +11,8 @@ def check_batch(steps: list[int], series: dict[str, list], max_points: int, max_
     total = n_steps * len(series)
     if total > max_points:
         raise TooLarge(f"batch has {total} points; the limit is {max_points} a batch")
+    if len(series) > max_points:  # no steps: each key still costs its checks (a million empty series)
+        raise TooLarge(f"batch has {len(series)} keys; the limit is {max_points} points a batch, each key at least one")
     for key, values in series.items():
         problem = metric_key_problem(key, max_key)
         if problem is not None:

@@ -12,6 +12,7 @@ statements on a driver cursor, run through `Database.run_raw` (group commit).
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -20,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from paritywatch.backend.db import Database
-from paritywatch.backend.errors import Invalid, NotFound
+from paritywatch.backend.errors import Conflict, Invalid, NotFound
 from paritywatch.backend.models import IngestBatch, MetricChunk, MetricKey
 from paritywatch.backend.store.jobs import encode_keys
 from paritywatch.backend.store.metric_packing import PreparedBatch, bucket_raw, prepare_batch, rollup_width
@@ -30,8 +31,14 @@ from paritywatch.backend.store.metric_series import series_response, step_times_
 from paritywatch.backend.store.metric_sql import ROLLUP_BUCKETS, MetricSql, is_fk_violation
 from paritywatch.backend.store.paging import PageRequest, keyset, split_page
 from paritywatch.backend.store.runs import get_run
+from trainer_hooks.contract import MAX_KEYS_PER_RUN, MAX_NEW_KEYS_PER_BATCH
 
 __all__ = ["Ingested", "MetricStore", "PreparedBatch", "prepare_batch"]  # prepare_batch: the ingest route's entry
+
+# Keys a batch creates in its own transaction on the group-commit writer. A batch with more keys
+# this process has no id for has them looked up and created ahead, this many a transaction of
+# their own, off the writer: key creation never holds the writer (other runs' batches) for long.
+KEYS_PER_TRANSACTION = 2_000
 
 
 @dataclass(frozen=True)
@@ -40,9 +47,19 @@ class Ingested:
     job_id: int | None  # the detection job written with it, if any
 
 
+def check_replay(stored: str | None, digest: str, what: str) -> None:
+    """A replay of a stored (run, client_id, seq) must carry the same content: Conflict when its
+    digest differs (rows stored before migration 0016 have none and match anything)."""
+    if stored is not None and stored != digest:
+        raise Conflict(f"{what} was stored already with other content; a replay must repeat it exactly "
+                       "(a new batch needs a new seq). Nothing was stored")
+
+
 class MetricStore:
-    def __init__(self, db: Database, max_step_ahead: int | None = None):
+    def __init__(self, db: Database, max_step_ahead: int | None = None,
+                 max_new_keys_per_batch: int = MAX_NEW_KEYS_PER_BATCH, max_keys_per_run: int = MAX_KEYS_PER_RUN):
         self.db = db
+        self.max_new_keys_per_batch, self.max_keys_per_run = max_new_keys_per_batch, max_keys_per_run
         # A batch reaching further than this past the run's last step is refused (None: no bound).
         self.max_step_ahead = max_step_ahead
         # run id -> (the run's created_at as the driver returns it, {key: series id}). The
@@ -64,7 +81,9 @@ class MetricStore:
         """Store a batch once; with `detect_keys` (the batch's keys some rule watches), also a
         detection job for them in the same transaction (backend/store/jobs.py). NotFound, with
         nothing written, when the run does not exist (or is being deleted) or `component_id` is
-        not one of its components."""
+        not one of its components. Invalid when its new keys exceed a cap."""
+        if self._uncached_keys(run_id, batch) > KEYS_PER_TRANSACTION:
+            self._create_keys_ahead(run_id, batch, component_id)
         job, finish = self._ingest_job(run_id, client_id, seq, batch, detect_keys, component_id)
         return finish(self.db.run_raw(job))
 
@@ -72,6 +91,8 @@ class MetricStore:
                                  detect_keys: list[str] | None = None, component_id: int | None = None,
                                  ) -> "Ingested":
         """`ingest_batch` for the event loop (the ingest route): no thread waits for the commit."""
+        if self._uncached_keys(run_id, batch) > KEYS_PER_TRANSACTION:
+            await asyncio.to_thread(self._create_keys_ahead, run_id, batch, component_id)
         job, finish = self._ingest_job(run_id, client_id, seq, batch, detect_keys, component_id)
         return finish(await self.db.run_raw_async(job))
 
@@ -111,19 +132,22 @@ class MetricStore:
                known: dict[str, int], detect_keys: list[str] | None,
                component_id: int | None = None) -> tuple[bool, dict[str, int], int | None]:
         try:
-            cur.execute(self.sql.claim, (run_id, client_id, seq, batch.accepted, component_id))
+            digest = batch.ledger_digest(component_id)
+            cur.execute(self.sql.claim, (run_id, client_id, seq, batch.accepted, component_id, digest))
             row = cur.fetchone()
         except Exception as exc:
             if is_fk_violation(exc):
                 raise NotFound(f"run {run_id} does not exist") from None
             raise
-        if row is None:  # replayed (client, seq): _check_target saw the run exists
+        if row is None:  # replayed (run, client, seq): _check_target saw the run exists
+            cur.execute(self.sql.claimed, (run_id, client_id, seq))
+            check_replay(cur.fetchone()[0], digest, f"metric batch seq {seq} of client {client_id!r}")
             return False, {}, None
         if not batch.points:
             return True, {}, None
         batch_id = row[0]
-        missing = [k for k in batch.points if k not in known]
-        created = self._create_keys(cur, run_id, missing) if missing else {}
+        missing = [k for k in batch.points if k not in known]  # at most KEYS_PER_TRANSACTION, or a race
+        created = self._write_keys(cur, run_id, missing) if missing else {}
         ids = {**known, **created}
         order = sorted(batch.points, key=ids.__getitem__)  # lock order on PostgreSQL
         chunks, rollups, stats = [], [], []
@@ -158,15 +182,81 @@ class MetricStore:
         into the stored ones, as ingest does."""
         self.sql.merge_rollups(cur, rollups)
 
-    def _create_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
-        out: dict[str, int] = {}
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            insert, lookup = self.sql.create_keys(len(chunk))
-            cur.executemany(insert, [(run_id, k) for k in chunk])
-            cur.execute(lookup, (run_id, *chunk))
-            out.update({k: i for k, i in cur.fetchall()})
-        return out
+    async def check_new_keys_async(self, run_id: int, keys: list[str]) -> None:
+        """Before a batch is packed: Invalid when its keys the run lacks are over a cap. Looked up
+        (off the event loop) only when more than KEYS_PER_TRANSACTION of them are not cached, so
+        a batch far over the cap is refused before it costs the loop its packing (counts every
+        key of the batch, even one whose values are all null)."""
+        with self._ids_lock:
+            cached = self._series_ids.get(run_id, (None, {}))[1]
+            uncached = [k for k in keys if k not in cached]
+        if len(uncached) > KEYS_PER_TRANSACTION:
+            await asyncio.to_thread(self._check_new_keys, run_id, uncached)
+
+    def _check_new_keys(self, run_id: int, keys: list[str]) -> None:
+        with self.db.read() as s:
+            cur = s.connection().connection.cursor()
+            self._check_target(cur, run_id, None)
+            # At least len(keys) - held of them are new: a batch that far over the cap is refused
+            # on one indexed count, before a lookup of every key (99,000 keys: 1.6 s on PostgreSQL).
+            at_least_new = len(keys) - self.sql.count_keys(cur, run_id)
+            if at_least_new > self.max_new_keys_per_batch:
+                self._check_key_caps(run_id, at_least_new, 0, at_least=True)
+            new = len(keys) - len(self.sql.lookup_keys(cur, run_id, keys))
+            if new > self.max_new_keys_per_batch:
+                self._check_key_caps(run_id, new, 0)
+
+    def _uncached_keys(self, run_id: int, batch: PreparedBatch) -> int:
+        with self._ids_lock:
+            cached = self._series_ids.get(run_id, (None, {}))[1]
+            return sum(k not in cached for k in batch.points)
+
+    def _create_keys_ahead(self, run_id: int, batch: PreparedBatch, component_id: int | None) -> None:
+        """Look up the batch's keys this process has no id for, check the target and the caps
+        on new keys, and create the new ones KEYS_PER_TRANSACTION a transaction, before the batch
+        goes to the group-commit writer. (A batch refused after this, a replay with other content
+        or one racing a deletion, leaves its new keys empty: count 0, no points.)"""
+        with self._ids_lock:
+            cached = self._series_ids.get(run_id, (None, {}))[1]
+            uncached = [k for k in batch.points if k not in cached]
+        with self.db.read() as s:
+            cur = s.connection().connection.cursor()
+            epoch, last_step = self._check_target(cur, run_id, component_id)
+            self._check_step_bound(last_step, batch.last_step)
+            ids = self.sql.lookup_keys(cur, run_id, uncached)
+            new = [k for k in uncached if k not in ids]
+            if new:
+                self._check_key_caps(run_id, len(new), self.sql.count_keys(cur, run_id))
+        for i in range(0, len(new), KEYS_PER_TRANSACTION):
+            ids.update(self._create_keys(run_id, new[i : i + KEYS_PER_TRANSACTION]))
+        self._remember_ids(run_id, epoch, ids)
+
+    def _write_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
+        """Ids of `keys` in the batch's own transaction, creating the new ones within the caps."""
+        ids = self.sql.lookup_keys(cur, run_id, keys)
+        new = [k for k in keys if k not in ids]
+        if new:
+            self._check_key_caps(run_id, len(new), self.sql.count_keys(cur, run_id))
+            ids.update(self.sql.create_keys(cur, run_id, new))
+        return ids
+
+    def _check_key_caps(self, run_id: int, new: int, held: int, at_least: bool = False) -> None:
+        if new > self.max_new_keys_per_batch:
+            raise Invalid(f"the batch has {'at least ' if at_least else ''}{new:,} new metric keys; a batch may create at most "
+                          f"{self.max_new_keys_per_batch:,} (PARITYWATCH_MAX_NEW_KEYS_PER_BATCH). Nothing was stored")
+        if held + new > self.max_keys_per_run:
+            raise Invalid(f"the batch has {new:,} new metric keys and run {run_id} has {held:,}; a run may hold at "
+                          f"most {self.max_keys_per_run:,} (PARITYWATCH_MAX_KEYS_PER_RUN). Nothing was stored")
+
+    def _create_keys(self, run_id: int, keys: list[str]) -> dict[str, int]:
+        """Create keys in one short transaction of their own (SQLite: under the process's write lock)."""
+        try:
+            with self.db.write() as s:
+                return self.sql.create_keys(s.connection().connection.cursor(), run_id, keys)
+        except Exception as exc:
+            if is_fk_violation(exc) or is_fk_violation(getattr(exc, "orig", exc)):
+                raise NotFound(f"run {run_id} does not exist") from None
+            raise
 
     def _remember_ids(self, run_id: int, epoch: object, ids: dict[str, int]) -> None:
         with self._ids_lock:

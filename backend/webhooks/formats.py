@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from trainer_hooks import contract
 
 SEVERITY_EMOJI = {"error": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
 
@@ -37,24 +38,24 @@ def slack_message(payload: dict) -> dict:
     kind = payload.get("type")
     run = data.get("run") or {}
     where = f"run {run.get('project', '')}/{run.get('name', '')}"
-    if kind == "test":
+    if kind == contract.EVENT_TEST:
         return {"text": "Paritywatch test event: this webhook works." + _link(data.get("url"), "dashboard")}
-    if kind in ("run.control", "run.ended_tainted"):
+    if kind in (contract.EVENT_RUN_CONTROL, contract.EVENT_RUN_ENDED_TAINTED):
         control = data.get("control") or {}
         why = f": {control['reason']}" if control.get("reason") else ""
         state = control.get('state', run.get('state', '?'))
         text = f"{where} is now {state} (by {control.get('actor') or 'paritywatch'}{why})"
         taint = data.get("taint") or {}
-        if kind == "run.ended_tainted" or taint.get("tainted"):
-            text = f"{where} {state} having trained on tainted steps" if kind == "run.ended_tainted" else text
+        if kind == contract.EVENT_RUN_ENDED_TAINTED or taint.get("tainted"):
+            text = f"{where} {state} having trained on tainted steps" if kind == contract.EVENT_RUN_ENDED_TAINTED else text
             text += tainted_steps(taint)
-        emoji = ":biohazard_sign: " if kind == "run.ended_tainted" else ""
+        emoji = ":biohazard_sign: " if kind == contract.EVENT_RUN_ENDED_TAINTED else ""
         return {"text": emoji + _escape(text) + _link(run.get("url"), "open run")}
     alert = data.get("alert") or {}
-    if kind == "alert.acknowledged":
+    if kind == contract.EVENT_ALERT_ACKNOWLEDGED:
         text = f":eyes: {data.get('actor', 'someone')} acknowledged {alert.get('title', '')} — {where}"
         return {"text": _escape(text) + _link(run.get("url"), "open run")}
-    resolved = kind == "alert.resolved"
+    resolved = kind == contract.EVENT_ALERT_RESOLVED
     emoji = ":white_check_mark:" if resolved else SEVERITY_EMOJI.get(alert.get("severity"), "")
     text = data.get("summary") or f"[{'RESOLVED' if resolved else alert.get('severity', '').upper()}] {alert.get('title', '')} — {where}"
     if data.get("reason"):

@@ -1,12 +1,18 @@
 // Run controls: pause / resume / stop with a reason and a confirmation; state and who changed it.
-import { api, isAdmin } from './api.js';
+import { UI_CONFIG, api, isAdmin } from './api.js';
 import { ago, clear, h, modal, stateBadge, when } from './dom.js';
 
+// How each action is offered; the states it may be taken in are the server's (ui-config, the wire contract).
 const ACTIONS = {
-  pause: { label: 'Pause', verb: 'Pause', allowed: ['running'], cls: 'warn', help: 'Hooks block at the next step boundary until resumed.' },
-  resume: { label: 'Resume', verb: 'Resume', allowed: ['paused'], cls: 'primary', help: 'Training continues from where it blocked.' },
-  stop: { label: 'Stop', verb: 'Stop', allowed: ['running', 'paused', 'crashed'], cls: 'danger', help: 'Hooks report should_stop; the run is "stopping" until the training loop ends, then "stopped" (a crashed run stops at once). This cannot be undone.' },
+  pause: { label: 'Pause', verb: 'Pause', cls: 'warn', help: 'Hooks block at the next step boundary until resumed.' },
+  resume: { label: 'Resume', verb: 'Resume', cls: 'primary', help: 'Training continues from where it blocked.' },
+  stop: { label: 'Stop', verb: 'Stop', cls: 'danger', help: 'Hooks report should_stop; the run is "stopping" until the training loop ends, then "stopped" (a crashed run stops at once). This cannot be undone.' },
 };
+
+/** Whether `action` may be taken on a run in `state` (the server would refuse it otherwise). */
+export function actionAllowed(action, state) {
+  return UI_CONFIG.control_actions[action].allowed_from.includes(state);
+}
 
 // What each state means, shown beside the badge.
 const STATE_HELP = {
@@ -53,7 +59,7 @@ export function renderControls(container, run, me, onChange) {
   const control = run.control;
   const admin = isAdmin(me);
   const buttons = Object.entries(ACTIONS).map(([action, spec]) => {
-    const applicable = spec.allowed.includes(control.state);
+    const applicable = actionAllowed(action, control.state);
     const title = !admin ? 'Needs a token with the admin scope' : !applicable ? `Not possible while ${control.state}` : spec.help;
     return h('button', { class: `button ${spec.cls}`, dataset: { action }, disabled: !admin || !applicable, title,
       on: { click: async () => { const next = await confirmControl(run.id, action, run.name); if (next) onChange(next); } } }, spec.label);

@@ -86,7 +86,7 @@ export function taintSummary(taint, shown = 2) {
 }
 
 /** Run states in which processes may still log (the heartbeat sweep watches these). */
-export const LIVE_RUN_STATES = new Set(['running', 'paused', 'stopping']);
+export const LIVE_RUN_STATES = new Set(UI_CONFIG.live_run_states);
 
 export function stateBadge(state) {
   return h('span', { class: `state state-${state}`, dataset: { state } }, state);

@@ -4,7 +4,7 @@ import { api, followRun, isAdmin, qs, whoami } from './api.js';
 import { renderAlerts } from './alerts.js';
 import { renderAudit } from './audit.js';
 import { createCharts, loadPlotly } from './charts.js';
-import { confirmControl, renderControls } from './controls.js';
+import { actionAllowed, confirmControl, renderControls } from './controls.js';
 import { findingNames, findings, openDiff } from './diff.js';
 import { LIVE_RUN_STATES, ago, clear, fmt, h, modal, severityBadges, taintSummary, when } from './dom.js';
 import { groupLabel, mismatchGroups, renderParity } from './parity.js';
@@ -99,7 +99,7 @@ export async function renderRun(root, runId) {
     alerts.forEach((a) => findingNames(a.detail?.components || [], a.detail?.diff).forEach((n) => names.add(n)));
     const workers = groups.reduce((n, g) => n + g.components.length, 0);
     const paused = state.run.control.state !== 'running';
-    const canPause = isAdmin(me) && state.run.control.state === 'running';
+    const canPause = isAdmin(me) && actionAllowed('pause', state.run.control.state);
     // Sampling parameters alone do not misalign tokens: they bias the importance ratio.
     const samplingOnly = names.size > 0 && [...names].every((n) => n === 'sampling_params');
     clear(el.banner, h('div', { class: 'banner banner-error', role: 'alert', dataset: { banner: 'mismatch' } },

@@ -9,7 +9,7 @@ resolved before it get none (the step they resolved at was never recorded). Migr
 backend/detect/taint.py at this revision is copied below.
 
 Revision ID: 0014
-Revises: 0012 (the coordinator re-chains it after 0013 at merge)
+Revises: 0012 (0013 was never used)
 Create Date: 2026-12-04 10:00:00
 """
 from alembic import op

@@ -172,8 +172,8 @@ def test_concurrent_batches_commit_independently(client, app):
     stored = [i for i, r in results.items() if r is True]
     assert len(stored) == 40
     assert count_points(app) == 400 and count_rows(app, IngestBatch) == 40
-    # a replay of any of them stores nothing
-    again = prepare_batch([1], {"k0": [1.0]}, 1000, 200)
+    # a replay of any of them (the same batch again) stores nothing
+    again = prepare_batch([10 + j for j in range(10)], {"k1": [float(j) for j in range(10)]}, 1000, 200)
     assert store.ingest(run["id"], "c1", 1, again) is False
     assert count_points(app) == 400
 
@@ -288,3 +288,27 @@ def test_batch_naming_a_component_the_run_does_not_have_is_404_and_writes_nothin
     own = client.post(f"/api/v1/runs/{run['id']}/components", json={"side": "trainer"}).json()["id"]
     r = client.post(f"/api/v1/runs/{run['id']}/metrics", json={**body, "component_id": own})
     assert r.status_code == 200 and r.json()["accepted"] == 2
+
+
+def test_a_batch_with_more_keys_than_points_is_refused_even_without_steps(client, app):
+    """Issue 26: with no steps a batch had no points, so a million empty series passed the cap
+    (and cost seconds of checks). Each key counts as at least one point."""
+    run = new_run(client)
+    cap = app.state.settings.max_points_per_batch
+    keys = {f"k{i}": [] for i in range(cap + 1)}
+    r = client.post(f"/api/v1/runs/{run['id']}/metrics", json={"client_id": "c", "seq": 0, "steps": [], "series": keys})
+    assert r.status_code == 413 and "keys" in r.json()["error"]["message"]
+    fewer = dict(list(keys.items())[:cap])
+    r = client.post(f"/api/v1/runs/{run['id']}/metrics", json={"client_id": "c", "seq": 1, "steps": [], "series": fewer})
+    assert r.status_code == 200 and r.json()["accepted"] == 0
+
+
+def test_check_batch_counts_each_key_as_a_point():
+    """The rule itself, below the request guard's shape check (which also refuses such a body
+    once it is past 64 KB)."""
+    from paritywatch.backend.errors import TooLarge
+    from paritywatch.backend.store.metric_validation import check_batch
+
+    with pytest.raises(TooLarge, match="11 keys"):
+        check_batch([], {f"k{i}": [] for i in range(11)}, 10, 200)
+    check_batch([], {f"k{i}": [] for i in range(10)}, 10, 200)

@@ -22,6 +22,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from paritywatch.backend.main import create_app
+from paritywatch.backend.serving import http_protocol
 from paritywatch.backend.settings import Settings
 from trainer_hooks import contract
 
@@ -80,7 +81,8 @@ class ThreadServer:
         self.app = create_app(settings, **create_kwargs)
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
-                                timeout_keep_alive=contract.SERVER_KEEPALIVE_S)  # as `paritywatch serve`
+                                timeout_keep_alive=contract.SERVER_KEEPALIVE_S,  # as `paritywatch serve`
+                                http=http_protocol(settings.header_timeout_s))
         self.server = _LoopExposingServer(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

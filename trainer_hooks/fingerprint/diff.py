@@ -14,7 +14,12 @@ the tokens the rollout samples and the trainer scores:
   (sampling.py; "disabled" encodings are normalised before hashing, so they never differ).
 - STRUCTURE components differ -> error if any behavior probe differs, else warning.
 - behavior: a probe that differs -> error; probe sets that differ (other paritywatch versions)
-  while every shared probe matches -> info.
+  while every shared probe matches -> info. When another differing component, at least as
+  severe, explains each differing part of it (a conversation rendered differently: the chat
+  template's; a text encoded differently: a tokenizer table's), the row is that component's
+  evidence, not a finding of its own: it carries ``evidence_of`` {part: component}, and
+  ``findings`` folds it into that component ("chat_template (rendered differently in 3 of 18
+  probe conversations)").
 - A component reported by one side only -> info ("not comparable"); the model components
   (model_config, lora_adapter) -> no row (optional: not every process registers its model), except
   engine_config, whose own hazards (a prefix cache not reset after a sync) are judged alone.
@@ -112,6 +117,7 @@ def _diff(a: Any, b: Any) -> dict:
     order = FINGERPRINT_COMPONENT_ORDER
     names = sorted(set(ca) | set(cb), key=lambda n: (order.index(n) if n in order else len(order), n))
     rows = [r for r in (_compare(n, sides) for n in names) if r is not None]
+    _mark_evidence(rows)
     flagged = {r["name"] for r in rows if RANK[r["severity"]] >= RANK["warning"]}
     return _result(rows, likely_causes(a, b, flagged) if flagged else [])
 
@@ -175,6 +181,72 @@ def _result(rows: list, causes: Any = None) -> dict:
     if causes:
         result["causes"] = causes
     return result
+
+
+# --------------------------------------------------------------------------- behaviour as evidence
+
+# Which components a differing behaviour part can demonstrate, most readable first (frontend
+# diff.js reads the mark and falls back to the same order for diffs stored before it).
+TOKENIZER_TABLES = ("added_tokens", "special_tokens", "vocab", "merges", "normalizer", "pre_tokenizer",
+                    "post_processor", "decoder", "encode_flags", "model_params")
+EXPLAINED_BY = {"chat": ("chat_template",) + TOKENIZER_TABLES, "encode": TOKENIZER_TABLES,
+                "encode_no_special": TOKENIZER_TABLES, "decode": TOKENIZER_TABLES}
+PART_TEXT = {"chat": ("rendered differently in", "probe conversation"),
+             "encode": ("encoded differently in", "probe text"),
+             "encode_no_special": ("encoded differently (without special tokens) in", "probe text"),
+             "decode": ("decoded differently in", "probe text")}
+
+
+def _mark_evidence(rows: list) -> None:
+    """Set ``evidence_of`` on a differing behaviour row: {part: component} when every differing part
+    of it is explained by another differing component as severe (a less severe one would hide the
+    verdict's cause), else {}."""
+    behavior = next((r for r in rows if r["name"] == "behavior"), None)
+    probes = (behavior or {}).get("detail", {}).get("differing_probes")
+    if not probes:
+        return
+    by_name = {r["name"]: r for r in rows}
+    explained = {}
+    for part in probes:
+        by = next((n for n in EXPLAINED_BY.get(part, ()) if n in by_name
+                   and RANK[by_name[n]["severity"]] >= RANK[behavior["severity"]]), None)
+        if by is None:
+            explained = {}  # a difference no other component explains: the behaviour is a finding itself
+            break
+        explained[part] = by
+    behavior["evidence_of"] = explained  # {} says so too (a diff stored before the mark has no key)
+
+
+def findings(result: dict, severity: str | None = None) -> list[tuple[str, str]]:
+    """(component, evidence) of each finding of a diff, at ``severity`` (every one when None):
+    a behaviour row marked ``evidence_of`` is no finding; its counts become the evidence of the
+    components it demonstrates, e.g. ("chat_template", "rendered differently in 3 of 18 probe
+    conversations"); "" when a component has none."""
+    rows = result.get("components") or []
+    evidence: dict[str, list[str]] = {}
+    for row in rows:
+        for part, name in (row.get("evidence_of") or {}).items():
+            evidence.setdefault(name, []).append(_evidence_text(row, part, name, rows))
+    return [(r["name"], "; ".join(evidence.get(r["name"], [])))
+            for r in rows if not r.get("evidence_of") and (severity is None or r.get("severity") == severity)]
+
+
+def findings_text(result: dict, severity: str | None = None) -> str:
+    """ "chat_template (rendered differently in 3 of 18 probe conversations), vocab" """
+    return ", ".join(f"{name} ({why})" if why else name for name, why in findings(result, severity))
+
+
+def _evidence_text(behavior: dict, part: str, component: str, rows: list) -> str:
+    count = len(((behavior.get("detail") or {}).get("differing_probes") or {}).get(part) or [])
+    verb, noun = PART_TEXT.get(part, (f"differ ({part}) in", "probe"))
+    if part == "chat" and component != "chat_template":
+        verb = "tokenized differently in"  # the renders agree; a tokenizer table splits them otherwise
+    of = None
+    if part == "chat" and component == "chat_template":
+        row = next((r for r in rows if r["name"] == component), {})
+        of = ((row.get("detail") or {}).get("renders") or {}).get("compared")
+    total = of if of is not None else count
+    return f"{verb} {count}{f' of {of}' if of is not None else ''} {noun}{'' if total == 1 else 's'}"
 
 
 # --------------------------------------------------------------------------- details

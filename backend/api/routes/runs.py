@@ -22,6 +22,7 @@ from paritywatch.backend.store import runs as run_store
 from paritywatch.backend.store import silences as silence_store
 from paritywatch.backend.store.control import control_of
 from paritywatch.backend.store.workers import silent_cutoff
+from trainer_hooks import contract
 from trainer_hooks.contract import MAX_STEP
 
 router = APIRouter(prefix="/runs", tags=["runs"])
@@ -44,7 +45,7 @@ def run_out(run, components, firing, packs, suggested=(), facts=None, *, cutoff)
         name=run.name,
         project=run.project,
         tags=run.tags or {},
-        config=run.config or {},
+        config=contract.config_value(run.config or {}),  # rows from before: SQLite kept a bare NaN
         created_at=run.created_at,
         last_step=run.last_step,
         control=control_of(run),

@@ -17,6 +17,7 @@ from paritywatch.backend.webhooks.outbox import enqueue_for
 from paritywatch.backend.webhooks.signing import new_secret
 from paritywatch.backend.webhooks.ssrf import AddressPolicy, UnsafeURL, check_url
 from trainer_hooks.contract import WEBHOOK_EVENT_DESCRIPTIONS
+from trainer_hooks import contract
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 events_router = APIRouter(tags=["webhooks"])
@@ -75,7 +76,7 @@ def send_test(hook_id: int, db: DbDep, effects: EffectsDep, dispatcher: Dispatch
     with db.write() as s:
         dashboard = effects.public_url + "/"
         hook = webhook_store.get_webhook(s, hook_id)
-        delivery = enqueue_for(s, hook, "test", {"message": "Paritywatch test event", "url": dashboard})
+        delivery = enqueue_for(s, hook, contract.EVENT_TEST, {"message": "Paritywatch test event", "url": dashboard})
         s.flush()
         delivery_id = delivery.id
     dispatcher.wake()
