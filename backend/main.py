@@ -31,7 +31,8 @@ from paritywatch.backend.janitor import Janitor
 from paritywatch.backend.live import StreamHub
 from paritywatch.backend.middleware import RequestGuard, SecurityHeaders
 from paritywatch.backend.models import ALERT_KINDS, RUN_STATES
-from paritywatch.backend.schemas import ControlActionOut, ErrorResponse, EventTypeOut, Health, UiConfig
+from paritywatch.backend.schemas.common import ErrorResponse
+from paritywatch.backend.schemas.meta import ControlActionOut, EventTypeOut, Health, UiConfig
 from paritywatch.backend.serving import redact_logs
 from paritywatch.backend.settings import Settings, get_settings
 from paritywatch.backend.store.metrics import MetricStore

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from paritywatch.backend.api.routes.meta import IngestCounters
 from paritywatch.backend.detect.engine import DetectionEngine
 from paritywatch.backend.middleware import is_json_type
-from paritywatch.backend.schemas import MetricBatch, MetricBatchResult
+from paritywatch.backend.schemas.metrics import MetricBatch, MetricBatchResult
 from paritywatch.backend.settings import Settings
 from paritywatch.backend.store.jobs import Job
 from paritywatch.backend.store.metrics import MetricStore, prepare_batch

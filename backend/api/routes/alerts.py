@@ -9,7 +9,8 @@ from paritywatch.backend.alerts.silences import muting
 from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, EngineDep, ReadDep
 from paritywatch.backend.api.query import AlertsPage, EventsPage, encode_cursor
 from paritywatch.backend.models import Alert, utcnow
-from paritywatch.backend.schemas import AlertEvents, AlertEventOut, AlertList, AlertNote, AlertOut, RunSettings
+from paritywatch.backend.schemas.alerts import AlertEvents, AlertEventOut, AlertList, AlertNote, AlertOut
+from paritywatch.backend.schemas.runs import RunSettings
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.store import alerts as alert_store
 from paritywatch.backend.store import packs as pack_store

@@ -9,8 +9,7 @@ from fastapi import APIRouter, Query
 
 from paritywatch.backend.api.deps import DbDep, EngineDep, IngestBulkDep, ReadDep
 from paritywatch.backend.api.query import AuditSamplesPage, AuditsPage, encode_cursor
-from paritywatch.backend.schemas import (AuditBatch, AuditList, AuditOut, AuditSampleList, AuditSampleOut, AuditStored,
-                                   AuditWindowOut)
+from paritywatch.backend.schemas.audits import AuditBatch, AuditList, AuditOut, AuditSampleList, AuditSampleOut, AuditStored, AuditWindowOut
 from paritywatch.backend.store import audits as audit_store
 
 router = APIRouter(prefix="/runs/{run_id}/audits", tags=["audits"])

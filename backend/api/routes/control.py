@@ -9,7 +9,7 @@ from paritywatch.backend.alerts import run_state
 from paritywatch.backend.api.deps import (AdminDep, ControlWatcherDep, DbDep, EffectsDep, IngestDep, ReadDep, ReadOrIngestDep,
                               SettingsDep)
 from paritywatch.backend.api.query import EventsPage, encode_cursor
-from paritywatch.backend.schemas import ControlAction, ControlAudit, ControlEventOut, ControlOut, StopAcknowledgement
+from paritywatch.backend.schemas.control import ControlAction, ControlAudit, ControlEventOut, ControlOut, StopAcknowledgement
 from paritywatch.backend.store import control as control_store
 from paritywatch.backend.store import runs as run_store
 

@@ -15,7 +15,7 @@ from paritywatch.backend.api.deps import OpenModeDep, ReadDep, ReadOrIngestDep, 
 from paritywatch.backend.control_watch import ControlWatcher
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import RUN_STATES
-from paritywatch.backend.schemas import WhoAmI
+from paritywatch.backend.schemas.meta import WhoAmI
 from paritywatch.backend.store.observability import service_counts
 from trainer_hooks.contract import SEVERITIES
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from paritywatch.backend.alerts import lifecycle
 from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, EngineDep, ReadDep
 from paritywatch.backend.detect import packs as pack_catalog
-from paritywatch.backend.schemas import PackCatalog, PackOut, PackRuleOut, ProjectSettings
+from paritywatch.backend.schemas.packs import PackCatalog, PackOut, PackRuleOut, ProjectSettings
 from paritywatch.backend.store import packs as pack_store
 
 router = APIRouter(tags=["rules"])

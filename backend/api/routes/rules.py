@@ -5,7 +5,7 @@ from fastapi import APIRouter, Response
 from paritywatch.backend.alerts import lifecycle
 from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, EngineDep, ReadDep
 from paritywatch.backend.models import Rule
-from paritywatch.backend.schemas import RuleIn, RuleList, RuleOut, RulePatch
+from paritywatch.backend.schemas.rules import RuleIn, RuleList, RuleOut, RulePatch
 from paritywatch.backend.store import rules as rule_store
 
 router = APIRouter(tags=["rules"])

@@ -13,8 +13,9 @@ from paritywatch.backend.detect import taint as taint_logic
 from paritywatch.backend.detect.workers import process_state
 from paritywatch.backend.detect.rules import BUILTIN_RULES
 from paritywatch.backend.models import ENDED_RUN_STATES, utcnow
-from paritywatch.backend.schemas import (ComponentOut, ControlStateName, PackSuggestion, RunCreate, RunDeletionList,
-                                         RunDeletionOut, RunList, RunOut, RunTaintOut)
+from paritywatch.backend.schemas.common import ControlStateName
+from paritywatch.backend.schemas.components import ComponentOut
+from paritywatch.backend.schemas.runs import PackSuggestion, RunCreate, RunDeletionList, RunDeletionOut, RunList, RunOut, RunTaintOut
 from paritywatch.backend.store import alerts as alert_store
 from paritywatch.backend.store import packs as pack_store
 from paritywatch.backend.store import retention

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, NotifierDep, ReadDep
 from paritywatch.backend.models import Silence, utcnow
-from paritywatch.backend.schemas import SilenceIn, SilenceList, SilenceOut
+from paritywatch.backend.schemas.silences import SilenceIn, SilenceList, SilenceOut
 from paritywatch.backend.store import notifications as notification_store
 from paritywatch.backend.store import silences as store
 from paritywatch.backend.store.runs import get_run

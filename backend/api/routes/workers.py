@@ -10,7 +10,8 @@ from paritywatch.backend.api.deps import DbDep, ReadDep, SettingsDep
 from paritywatch.backend.api.query import WorkersPage, encode_cursor
 from paritywatch.backend.detect import workers as view
 from paritywatch.backend.models import PROCESS_STATES, utcnow
-from paritywatch.backend.schemas import MAX_STEP, WorkerGroupOut, WorkerList, WorkerOut, WorkerSeriesLine, WorkerSeriesOut
+from trainer_hooks.contract import MAX_STEP
+from paritywatch.backend.schemas.workers import WorkerGroupOut, WorkerList, WorkerOut, WorkerSeriesLine, WorkerSeriesOut
 from paritywatch.backend.store import workers as store
 from paritywatch.backend.store.metrics import RawBudget
 from trainer_hooks import contract
