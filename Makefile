@@ -16,7 +16,7 @@ PORT   ?= 8321
 TEST_WORKERS ?= 4
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: install install-run run serve test test-fast test-vllm bench clean system-deps
+.PHONY: install install-run run serve test test-fast test-vllm lint bench clean system-deps
 
 install: $(STAMP)
 install-run: $(STAMP_RUN)
@@ -66,6 +66,10 @@ serve: install-run
 # exit 5 (no test collected) is a failure, said as such.
 test:
 	MAKE="$(MAKE)" bash scripts/test_all.sh $(XDIST) $(PYTEST_ARGS)
+
+# ruff, configured in pyproject.toml (CI runs it before the tests).
+lint: install
+	$(BIN)/ruff check .
 
 test-fast: install
 	$(BIN)/python -m pytest $(XDIST) -m "not browser and not slow"

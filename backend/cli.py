@@ -22,7 +22,7 @@ def shown_db_url(url: str) -> str:
 
     try:
         u = make_url(url)
-    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy parses: show nothing of it
+    except Exception:
         return "(unparseable database URL)"
     if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
         u = u.set(database=os.path.abspath(os.path.expanduser(u.database)))
@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_optional_commands(sub) -> None:  # noqa: ANN001
+def _add_optional_commands(sub) -> None:
     from paritywatch.demo.command import add_demo_command
     from trainer_hooks.fingerprint.cli import add_fingerprint_commands
 

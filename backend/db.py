@@ -63,7 +63,7 @@ def make_engine(url: str) -> Engine:
         # Writers take the database lock at BEGIN (IMMEDIATE): no read->write upgrade that
         # fails at once across processes. Readers stay DEFERRED and run beside them (WAL).
         @event.listens_for(engine, "begin")
-        def _begin(conn):  # noqa: ANN001
+        def _begin(conn):
             mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
             conn.exec_driver_sql(f"BEGIN {mode}")
 
@@ -259,7 +259,7 @@ class _GroupWriter:
             if item is not None and item[1].set_running_or_notify_cancel():
                 item[1].set_exception(RuntimeError("database is closed"))
 
-    def _run_group(self, conn, batch: list) -> None:  # noqa: ANN001
+    def _run_group(self, conn, batch: list) -> None:
         outcomes: list = []
         cur = conn.cursor()
         try:

@@ -106,7 +106,7 @@ class Janitor:
         while self.db.writer_backlog() and time.monotonic() < deadline and not self._stop.is_set():
             self._stop.wait(MIN_PAUSE_S)
 
-    def _paced(self, step, limit: int) -> bool:  # noqa: ANN001
+    def _paced(self, step, limit: int) -> bool:
         """Call `step(limit)` -> (rows removed, seconds the step held the database, commit
         included) until it removes fewer rows than asked, resizing the limit toward STEP_TARGET_S
         and pausing PAUSE_FACTOR times as long between steps. False if stopped."""

@@ -66,14 +66,14 @@ class Subscription:
 
 
 class StreamHub:
-    def __init__(self, db: Database, tokens: TokenCache, open_mode, settings):  # noqa: ANN001
+    def __init__(self, db: Database, tokens: TokenCache, open_mode, settings):
         self.db, self.tokens, self.open_mode, self.settings = db, tokens, open_mode, settings
         self._subs: set[Subscription] = set()
         self._task: asyncio.Task | None = None
         self._last_auth_check = 0.0
         self.polls = 0  # for /metrics and tests: how often the shared poll ran
 
-    def _snapshots(self, run_ids) -> dict[int, dict]:  # noqa: ANN001
+    def _snapshots(self, run_ids) -> dict[int, dict]:
         return run_snapshots(self.db, run_ids, self.settings.heartbeat_timeout_s)
 
     def open_count(self, owner: str) -> int:

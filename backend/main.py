@@ -261,7 +261,7 @@ def _add_api_docs(app: FastAPI) -> None:
         return FileResponse(init_file, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
 
     @app.get(base + "/{name}", include_in_schema=False)
-    def swagger_ui_asset(name: str, request: Request):  # noqa: ANN202
+    def swagger_ui_asset(name: str, request: Request):
         if name not in media_types:
             return error_response(404, f"no Swagger UI asset {name}")
         return static_asset(assets / name, None, request, media_types[name])

@@ -149,7 +149,7 @@ def json_body_problem(body: bytes, check_depth: bool = True) -> tuple[int, str] 
     return None
 
 
-def _bad_text(value) -> str | None:  # noqa: ANN001
+def _bad_text(value) -> str | None:
     stack = [value]
     while stack:
         v = stack.pop()
@@ -246,7 +246,7 @@ async def send_error(send: Send, status: int, message: str, headers: list | None
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, *, tokens: TokenCache, open_mode, small_limit: int, large_limit: int,  # noqa: ANN001
+    def __init__(self, app: ASGIApp, *, tokens: TokenCache, open_mode, small_limit: int, large_limit: int,
                  max_points: int, body_timeout_s: float):
         self.app = app
         self.tokens = tokens

@@ -78,7 +78,7 @@ def redact(text: str) -> str:
     return _TOKEN.sub(TOKEN_PREFIX + REDACTED, _SECRET_PARAM.sub(r"\1" + REDACTED, text))
 
 
-def _redacted(value):  # noqa: ANN001, ANN202
+def _redacted(value):
     return redact(value) if isinstance(value, str) else value
 
 
@@ -91,7 +91,7 @@ def redact_logs() -> None:
     if getattr(make, "redacts", False):
         return
 
-    def make_redacted(name, level, fn, lno, msg, args, *rest, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def make_redacted(name, level, fn, lno, msg, args, *rest, **kwargs):
         if isinstance(args, tuple):
             args = tuple(_redacted(a) for a in args)
         elif isinstance(args, dict):

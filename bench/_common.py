@@ -91,7 +91,7 @@ def pg_available() -> bool:
 
         with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
             return True
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         progress(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
         return False
 
@@ -179,7 +179,7 @@ class Server:
     def __enter__(self) -> "Server":
         return self.start()
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
+    def __exit__(self, *exc) -> None:
         self.stop()
 
 

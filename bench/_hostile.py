@@ -74,7 +74,7 @@ def _slow(host: str, port: int, path: str, kind: str, until: float, held: list[f
     held.append(time.monotonic() - start)
 
 
-def attack(url: str, run_id: int, seconds: float, token: str | None, out, ready) -> None:  # noqa: ANN001
+def attack(url: str, run_id: int, seconds: float, token: str | None, out, ready) -> None:
     """Runs in a child process: sets `ready` once its bodies are built, then attacks for
     `seconds` and puts one dict of figures on `out` (a multiprocessing queue)."""
     from urllib.parse import urlsplit

@@ -41,9 +41,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import allow_loopback_webhooks, emit, median, paritywatch_server, percentile, progress, scratch_db  # noqa: E402
+from _common import allow_loopback_webhooks, emit, median, paritywatch_server, percentile, progress, scratch_db
 
-import httpx  # noqa: E402
+import httpx
 
 WORKERS, BAD, SILENT, FLAPS = 256, 200, 100, 50
 POST_LATENCY_S: dict[str, list[float]] = {"metrics": [], "heartbeat": []}
@@ -118,7 +118,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 receiver.events.append((time.monotonic(), self.headers.get("webhook-id", ""), json.loads(body)))
                 self.send_response(204)
@@ -197,10 +197,10 @@ async def control_loop(p: Process, url: str, run_id: int, stop: asyncio.Event) -
         conn.close()
 
 
-async def gather_limited(coros, limit: int = 32):  # noqa: ANN001, ANN201
+async def gather_limited(coros, limit: int = 32):
     sem = asyncio.Semaphore(limit)
 
-    async def run(c):  # noqa: ANN001, ANN202
+    async def run(c):
         async with sem:
             return await c
 
@@ -271,8 +271,10 @@ async def scenario(url: str, run_id: int, t: Timings, fps: tuple[dict, dict, dic
     load = {"server_cpu_cores": round((cpu_seconds(server_pid) - cpu0[0]) / wall, 2),
             "loadgen_cpu_cores": round((time.process_time() - cpu0[1]) / wall, 2),
             "machine_load_avg": round(os.getloadavg()[0], 1),
-            "metrics_post_ms": {"p50": round(median(POST_LATENCY_S["metrics"]) * 1e3, 1), "p99": round(percentile(POST_LATENCY_S["metrics"], 99) * 1e3, 1)},
-            "heartbeat_ms": {"p50": round(median(POST_LATENCY_S["heartbeat"]) * 1e3, 1), "p99": round(percentile(POST_LATENCY_S["heartbeat"], 99) * 1e3, 1)}}
+            "metrics_post_ms": {"p50": round(median(POST_LATENCY_S["metrics"]) * 1e3, 1),
+                                "p99": round(percentile(POST_LATENCY_S["metrics"], 99) * 1e3, 1)},
+            "heartbeat_ms": {"p50": round(median(POST_LATENCY_S["heartbeat"]) * 1e3, 1),
+                             "p99": round(percentile(POST_LATENCY_S["heartbeat"], 99) * 1e3, 1)}}
     progress(f"while {len(everyone)} processes post a batch every second: {load}")
     progress(f"pause seen by {len(pause_s)}/{len(everyone)} processes: p50 {median(pause_s) * 1e3:.0f} ms, "
              f"p99 {percentile(pause_s, 99) * 1e3:.0f} ms")

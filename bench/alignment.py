@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from trainer_hooks.alignment import RolloutRecord, compute_alignment_metrics  # noqa: E402
+from trainer_hooks.alignment import RolloutRecord, compute_alignment_metrics
 
 BATCH, TOKENS, TARGET_MS = 64, 1024, 10.0
 

@@ -78,7 +78,7 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def best_of(runs: int, fn) -> float:  # noqa: ANN001
+def best_of(runs: int, fn) -> float:
     """The fastest of `runs` timings (the least disturbed by other load on a shared machine)."""
     times = []
     for _ in range(runs):
@@ -121,7 +121,7 @@ def sampled_7b(runs: int) -> dict:
     size = 64 << 20
 
     def lazy(name: str, shape: tuple[int, ...]) -> TensorBytes:
-        def read(off: int, n: int):  # noqa: ANN202 - the bytes at `off`, modulo the ring
+        def read(off: int, n: int):
             start = off % size
             return memoryview(ring[start:start + n])
 

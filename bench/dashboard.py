@@ -45,6 +45,10 @@ SERIES = 10
 BATCH_POINTS = 100_000
 
 
+# When the run page drew its first chart (the page marks it: frontend/static/charts.js), or null.
+FIRST_CHART_PAINTED_MS = ("() => { const m = performance.getEntriesByName('paritywatch:first-chart-painted'); "
+                          "return m.length ? m[0].startTime : null; }")
+
 def progress(msg: str) -> None:
     print(f"[dashboard] {msg}", file=sys.stderr, flush=True)
 
@@ -81,7 +85,7 @@ def first_paint_ms(page, url: str) -> tuple[float, int]:
     page.locator("figure.chart[data-buckets]").first.wait_for(timeout=30_000)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        ms = page.evaluate("() => { const m = performance.getEntriesByName('paritywatch:first-chart-painted'); return m.length ? m[0].startTime : null; }")
+        ms = page.evaluate(FIRST_CHART_PAINTED_MS)
         if ms is not None:
             buckets = int(page.locator("figure.chart[data-buckets]").first.get_attribute("data-buckets"))
             return float(ms), buckets
@@ -213,7 +217,7 @@ def _reload_ms(page) -> float:
     page.locator("figure.chart[data-buckets]").first.wait_for(timeout=30_000)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        ms = page.evaluate("() => { const m = performance.getEntriesByName('paritywatch:first-chart-painted'); return m.length ? m[0].startTime : null; }")
+        ms = page.evaluate(FIRST_CHART_PAINTED_MS)
         if ms is not None:
             return float(ms)
         time.sleep(0.02)

@@ -46,9 +46,9 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from _common import (  # noqa: E402
+from _common import (
     Server,
     ensure_mlflow_venv,
     emit,
@@ -61,7 +61,7 @@ from _common import (  # noqa: E402
     progress,
     scratch_db,
 )
-from trainer_hooks.monitor import ParityMonitor  # noqa: E402
+from trainer_hooks.monitor import ParityMonitor
 
 KEYS = 20
 # The hooks' largest batch, read from ParityMonitor's own default so the bench follows it.
@@ -83,7 +83,7 @@ class Answer:
     def text(self) -> str:
         return self.content.decode("utf-8", "replace")
 
-    def json(self):  # noqa: ANN201
+    def json(self):
         return json.loads(self.content)
 
 
@@ -91,7 +91,7 @@ class Client:
     """One sender on its own keep-alive connection: builds its next body (cheaply: the values
     part is fixed) and posts it."""
 
-    def __init__(self, idx: int, url: str, make_body, check, points_per_request: int) -> None:  # noqa: ANN001
+    def __init__(self, idx: int, url: str, make_body, check, points_per_request: int) -> None:
         self.idx, self.make_body, self.check = idx, make_body, check
         parts = urlsplit(url)
         self.path = parts.path
@@ -183,7 +183,7 @@ def drive(clients: list[Client], duration: float, min_requests: int = 0) -> dict
 
 
 # ------------------------------------------------------------------ Paritywatch
-def paritywatch_bodies(n_clients: int, n_steps: int):  # noqa: ANN201
+def paritywatch_bodies(n_clients: int, n_steps: int):
     """Per client a fixed `series` JSON fragment; seq and steps vary per request."""
     rng = random.Random(1234)
     client_ids = [str(uuid.uuid4()) for _ in range(n_clients)]
@@ -200,7 +200,7 @@ def paritywatch_bodies(n_clients: int, n_steps: int):  # noqa: ANN201
     return make_body
 
 
-def paritywatch_check(points_per_request: int):  # noqa: ANN201
+def paritywatch_check(points_per_request: int):
     def check(r: Answer) -> tuple[bool, str]:
         if r.status_code != 200:
             return False, f"{r.status_code} {r.text[:200]}"
@@ -240,7 +240,7 @@ def bench_paritywatch(kind: str, shapes: list[str], client_counts: list[int], du
 
 
 # ------------------------------------------------------------------ MLflow
-def mlflow_bodies(run_ids: list[str]):  # noqa: ANN201
+def mlflow_bodies(run_ids: list[str]):
     rng = random.Random(99)
     values = [[[rng.random() for _ in range(MLFLOW_STEPS)] for _ in range(KEYS)] for _ in run_ids]
     ts = int(time.time() * 1000)

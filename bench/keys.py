@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from _common import emit, paritywatch_server, percentile, pg_available, progress, scratch_db  # noqa: E402
-from trainer_hooks.contract import MAX_NEW_KEYS_PER_BATCH  # noqa: E402
+from _common import emit, paritywatch_server, percentile, pg_available, progress, scratch_db
+from trainer_hooks.contract import MAX_NEW_KEYS_PER_BATCH
 
 OVER_CAP_KEYS = 99_000
 TARGET_BIG_S, TARGET_OTHER_MS = 5.0, 250.0

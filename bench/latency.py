@@ -11,7 +11,6 @@ signed webhook's arrival at a local receiver and the moment the hook's state tur
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import threading
@@ -19,9 +18,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, allow_loopback_webhooks, emit, median, paritywatch_server, percentile, progress, scratch_db  # noqa: E402
+from _common import allow_loopback_webhooks, emit, median, paritywatch_server, percentile, progress, scratch_db
 
-import httpx  # noqa: E402
+import httpx
 
 TARGET_S = 1.0
 
@@ -55,7 +54,7 @@ def trial(api: httpx.Client, url: str, i: int, trainer_fp: dict, worker_fp: dict
         hook.close(timeout=1)
 
 
-def _wait(pred, timeout_s: float, poll_s: float = 0.001) -> float:  # noqa: ANN001
+def _wait(pred, timeout_s: float, poll_s: float = 0.001) -> float:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = pred()
@@ -71,7 +70,7 @@ def receiver() -> tuple[str, list, object]:
     received: list[float] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self.rfile.read(int(self.headers.get("content-length", 0)))
             received.append(time.monotonic())
             self.send_response(204)

@@ -33,9 +33,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, paritywatch_server, percentile, pg_available, progress, scratch_db  # noqa: E402
+from _common import emit, paritywatch_server, percentile, pg_available, progress, scratch_db
 
-import httpx  # noqa: E402
+import httpx
 
 TARGET_POINTS_PER_S = 150_000
 TARGET_P99_MS = 250.0  # normal posters' and /healthz's
@@ -113,7 +113,7 @@ class RawHTTP:
             payload = await self.reader.readexactly(length)
         except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
             await self.close()
-            raise OSError("connection failed")
+            raise OSError("connection failed") from None
         if close:
             await self.close()
         return status, payload
@@ -168,7 +168,7 @@ async def _post_loop(p: Poster, url: str, run_id: int, token: str | None, until:
         await client.close()
 
 
-def _run_in_own_thread(coro_fn) -> None:  # noqa: ANN001
+def _run_in_own_thread(coro_fn) -> None:
     """asyncio.run() in a fresh thread: works even when the caller's thread runs an event loop."""
     import threading
 
@@ -249,7 +249,7 @@ def drive(url: str, run_id: int, workers: int, duration: float, points_per_post:
     }
 
 
-def _start_attacker(url: str, run_id: int, seconds: float, token: str | None):  # noqa: ANN202
+def _start_attacker(url: str, run_id: int, seconds: float, token: str | None):
     import multiprocessing
 
     from _hostile import attack
@@ -263,7 +263,7 @@ def _start_attacker(url: str, run_id: int, seconds: float, token: str | None):  
     return proc, out
 
 
-def _attack_figures(attacker) -> dict:  # noqa: ANN001
+def _attack_figures(attacker) -> dict:
     proc, out = attacker
     try:
         figures = out.get(timeout=120)

@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
+import httpx
 
-from _common import emit, median, paritywatch_server, percentile, pg_available, progress, scratch_db  # noqa: E402
+from _common import emit, median, paritywatch_server, percentile, pg_available, progress, scratch_db
 
 KEY = "align/kl_k3"
 BUCKETS = 1000

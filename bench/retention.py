@@ -23,10 +23,10 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, paritywatch_server, percentile, pg_available, progress, scratch_db  # noqa: E402
-from load import ROLLOUT_KEYS, RawHTTP  # noqa: E402
+from _common import emit, paritywatch_server, percentile, pg_available, progress, scratch_db
+from load import ROLLOUT_KEYS, RawHTTP
 
-import httpx  # noqa: E402
+import httpx
 
 TARGET_P99_MS = 250.0
 SEED_KEYS = [f"train/metric_{i}" for i in range(10)]

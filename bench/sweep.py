@@ -22,15 +22,15 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, pg_available, progress, scratch_db  # noqa: E402
+from _common import emit, pg_available, progress, scratch_db
 
-from sqlalchemy import insert, select, text  # noqa: E402
+from sqlalchemy import insert, select, text
 
-from paritywatch.backend import migrate  # noqa: E402
-from paritywatch.backend.alerts import run_state  # noqa: E402
-from paritywatch.backend.alerts.effects import Effects  # noqa: E402
-from paritywatch.backend.db import Database  # noqa: E402
-from paritywatch.backend.models import Component, Run, utcnow  # noqa: E402
+from paritywatch.backend import migrate
+from paritywatch.backend.alerts import run_state
+from paritywatch.backend.alerts.effects import Effects
+from paritywatch.backend.db import Database
+from paritywatch.backend.models import Component, Run, utcnow
 
 TARGET_RATIO = 1.5
 PROCESSES = 17
@@ -91,7 +91,7 @@ def reference_query(db: Database) -> None:
                        "ON runs.id = components.run_id WHERE runs.control_state != 'stopped'")).all()
 
 
-def timed(fn) -> float:  # noqa: ANN001
+def timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -116,9 +116,9 @@ def measure(kind: str, history: int, repeats: int, reference_repeats: int) -> di
         for i in range(repeats):
             for label in (("empty", "history") if i % 2 == 0 else ("history", "empty")):
                 db = dbs[label]
-                samples[label].append(timed(lambda: run_state.sweep(effects, db, TIMEOUT_S)))
+                samples[label].append(timed(lambda db=db: run_state.sweep(effects, db, TIMEOUT_S)))
                 if i < reference_repeats:  # the old query is slow with history: a few samples say enough
-                    reference[label].append(timed(lambda: reference_query(db)))
+                    reference[label].append(timed(lambda db=db: reference_query(db)))
         out = run_state.sweep(effects, dbs["history"], TIMEOUT_S)
         assert out == {"runs": 1, "lost": 0, "changed": 0}, out  # it looked at the live run only
         for db in dbs.values():

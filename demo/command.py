@@ -9,7 +9,7 @@ JOIN_DEADLINE_S = 120.0  # without: after this much training at the latest (a sl
 MIN_HEALTHY_STEPS = 100  # never earlier: the story needs healthy curves before the change
 
 
-def add_demo_command(sub) -> None:  # noqa: ANN001
+def add_demo_command(sub) -> None:
     p = sub.add_parser("demo", help="run the dashboard with a simulated async GRPO run (the TRL bug)",
                        description=("Start the backend on SQLite and a simulated async GRPO run: one trainer and "
                                     "rollout-worker processes with a real tokenizer and a tiny random-weight model. "

@@ -60,7 +60,7 @@ def _train_tokenizer():
     return tok
 
 
-def _save_generation_config(path: Path, tok) -> None:  # noqa: ANN001
+def _save_generation_config(path: Path, tok) -> None:
     eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
     cfg = {"eos_token_id": eos, "pad_token_id": eos[1], "temperature": 1.0, "top_p": 1.0, "do_sample": True}
     (path / "generation_config.json").write_text(json.dumps(cfg, indent=2))
@@ -74,7 +74,7 @@ def quiet_progress_bars() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _save_model(path: Path, tok, seed: int) -> None:  # noqa: ANN001
+def _save_model(path: Path, tok, seed: int) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

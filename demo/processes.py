@@ -48,7 +48,7 @@ class Channels:
     entered: Any = None  # multiprocessing RawValue("b"): no lock a terminated process could leave held
 
 
-def eos_ids(gen_cfg) -> list[int]:  # noqa: ANN001
+def eos_ids(gen_cfg) -> list[int]:
     eos = gen_cfg.eos_token_id
     return [eos] if isinstance(eos, int) else list(eos or [])
 
@@ -140,7 +140,7 @@ def rollout_main(job: Job, worker_id: str, buggy: bool, channels: Channels, weig
                 monitor.add_samples(len(group))
 
 
-def _put(channels: Channels, monitor, group: list[dict]) -> bool:  # noqa: ANN001
+def _put(channels: Channels, monitor, group: list[dict]) -> bool:
     """Hand a group to the trainer; False (dropped) when the demo stops or the run is paused."""
     while not (channels.stop.is_set() or monitor.state == "paused" or monitor.should_stop):
         try:
@@ -151,7 +151,7 @@ def _put(channels: Channels, monitor, group: list[dict]) -> bool:  # noqa: ANN00
     return False
 
 
-def _take_latest_weights(model, weights_q, version: int) -> int:  # noqa: ANN001
+def _take_latest_weights(model, weights_q, version: int) -> int:
     """The newest weights the trainer sent, if any. Tensors cross the queue as handles served by
     the trainer's process: once it has exited (the run finished) they cannot be opened, and the
     worker keeps the weights it has rather than die with a traceback."""
@@ -169,7 +169,7 @@ def _take_latest_weights(model, weights_q, version: int) -> int:  # noqa: ANN001
     return version
 
 
-def _sample_group(model, tok, gen_cfg, messages, version: int) -> list[dict]:  # noqa: ANN001
+def _sample_group(model, tok, gen_cfg, messages, version: int) -> list[dict]:
     """GROUP_SIZE completions of one prompt in one `generate` call (same prompt: no padding)."""
     import torch
 
@@ -236,7 +236,7 @@ def trainer_main(job: Job, channels: Channels, weights_qs, steps: int, seed: int
                 monitor.set_policy_version(step // SYNC_EVERY)
 
 
-def _collect(channels: Channels, monitor) -> list[dict] | None:  # noqa: ANN001
+def _collect(channels: Channels, monitor) -> list[dict] | None:
     """The next group, waiting while the run is paused; None when the run or the demo stops."""
     while not (monitor.should_stop or channels.stop.is_set()):
         if not monitor.wait_if_paused(timeout=POLL_S):
@@ -248,7 +248,7 @@ def _collect(channels: Channels, monitor) -> list[dict] | None:  # noqa: ANN001
     return None
 
 
-def _score(model, batch: list[dict]) -> list:  # noqa: ANN001
+def _score(model, batch: list[dict]) -> list:
     """Per-token log-probs of each completion under the trainer's weights (one forward pass)."""
     import torch
 
@@ -266,7 +266,7 @@ def _score(model, batch: list[dict]) -> list:  # noqa: ANN001
     return out
 
 
-def _train_step(model, optim, logps, batch, tok) -> dict[str, float]:  # noqa: ANN001
+def _train_step(model, optim, logps, batch, tok) -> dict[str, float]:
     """GRPO-style: group-relative advantages. Reward: how many digits a completion holds
     (something a tiny model can learn)."""
     import torch
@@ -283,7 +283,7 @@ def _train_step(model, optim, logps, batch, tok) -> dict[str, float]:  # noqa: A
             "completions/mean_length": sum(len(r["completion_ids"]) for r in batch) / len(batch)}
 
 
-def _broadcast(model, weights_qs, version: int) -> None:  # noqa: ANN001
+def _broadcast(model, weights_qs, version: int) -> None:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     for q in weights_qs:
         try:

@@ -71,7 +71,7 @@ def _refused(exc: httpx.HTTPStatusError) -> str:
     return f"the backend answered {exc.response.status_code} on {url.path}: {exc.response.text[:300]}"
 
 
-def _exit_on_sigterm(signum, frame) -> None:  # noqa: ANN001
+def _exit_on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)  # unwinds through main's `finally`, which ends the children
 
 

@@ -29,7 +29,7 @@ CUSTOM_TEMPLATE = (
 )
 
 
-def accuracy_reward(completions, answer, **_kwargs) -> list[float]:  # noqa: ANN001
+def accuracy_reward(completions, answer, **_kwargs) -> list[float]:
     return [float(str(a) in c[-1]["content"]) for c, a in zip(completions, answer)]
 
 

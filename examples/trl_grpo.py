@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 
-def digit_reward(completions, **_kwargs) -> list[float]:  # noqa: ANN001
+def digit_reward(completions, **_kwargs) -> list[float]:
     """Reward completions that contain digits: a signal even a random tiny model can follow."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [sum(ch.isdigit() for ch in t) / 10 for t in texts]

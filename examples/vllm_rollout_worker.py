@@ -24,7 +24,7 @@ import json
 import math
 
 
-def parse_args(argv=None):  # noqa: ANN001
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="model directory or hub name vLLM loads")
     p.add_argument("--run", default="vllm-rollout-demo")
@@ -43,7 +43,7 @@ def parse_args(argv=None):  # noqa: ANN001
     return p.parse_args(argv)
 
 
-def main(argv=None) -> int:  # noqa: ANN001
+def main(argv=None) -> int:
     args = parse_args(argv)
     from vllm import LLM, SamplingParams
 

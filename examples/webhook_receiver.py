@@ -89,7 +89,7 @@ def make_server(secret: str, state_path: str, port: int = 9000, host: str = "127
     class Handler(BaseHTTPRequestHandler):
         timeout = 10  # a client that sends its request slowly does not hold the receiver
 
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             length = self.headers.get("content-length")
             if length is None or not length.isdigit():
                 return self._answer(411, "a Content-Length is required")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`: `make install system-deps`, then the main suite, with the vLLM suite beside it.
+# `make test`: `make install system-deps`, the linter, then the main suite, with the vLLM suite beside it.
 # One background job builds the vLLM environment from the start (downloads and unpacking, at the
 # lowest CPU and I/O priority, beside the install: 150 s on a fresh machine, 2026-12-02), then runs
 # the vLLM suite while the main suite goes on: the main suite's workers wait on servers, browsers
@@ -19,6 +19,9 @@ vllm=$!
 trap 'kill -- -"$vllm" 2>/dev/null' INT TERM EXIT
 
 "${MAKE:-make}" --no-print-directory install system-deps || exit $?
+# The linter (pyproject.toml's [tool.ruff]) first: seconds, and its verdict is known before the suite's.
+.venv/bin/ruff check . >&2
+lint_rc=$?
 .venv/bin/python -m pytest "$@"
 rc=$?
 if [[ $rc == 5 ]]; then echo "make test: pytest collected no tests (exit 5): failing" >&2; fi
@@ -37,4 +40,5 @@ else
 fi
 rm -f "$log"
 [[ $rc == 0 ]] || exit "$rc"
+if [[ $lint_rc != 0 ]]; then echo "make test: ruff found problems (above; \`make lint\` repeats them)" >&2; exit "$lint_rc"; fi
 exit "$vllm_rc"

@@ -540,7 +540,7 @@ def _ratio_stats(lp_train, lp_roll, mask, is_clip: float, xp: str) -> dict[str, 
     return {k: v for k, v in _to_floats(stats, xp).items() if math.isfinite(v)}
 
 
-def _pearson(a, b, mask, count: int, lib):  # noqa: ANN001, ANN202
+def _pearson(a, b, mask, count: int, lib):
     """Pearson correlation of the two sides' log-probs over the scored tokens: ~0.999 healthy, far
     lower when one side's values are corrupted or misaligned although their mean difference (k1)
     looks fine (ai-dynamo/dynamo#11640: k1 0.003, Pearson 0.05-0.62). NaN (dropped) when either

@@ -9,7 +9,8 @@ A tensor's digest covers its dtype, its shape and its bytes in row-major order. 
 hashed in blocks of `block_bytes` (each block with the algorithm, then the block digests with it
 again), so one large tensor is spread over several threads and the digest does not depend on how
 many threads there were. `xxh3_128` (the `xxhash` package) runs at memory speed and releases the
-GIL in `update()` for buffers over 64 KiB (not in its constructor, so blocks go through update); without it, `sha256` from the standard library (about 4x slower). CPU tensors are read in
+GIL in `update()` for buffers over 64 KiB (not in its constructor, so blocks go through update);
+without it, `sha256` from the standard library (about 4x slower). CPU tensors are read in
 place (a zero-copy view of their bytes; bf16 and other dtypes numpy lacks are viewed as uint8);
 a tensor on an accelerator is copied to the host one block at a time, so the copy stays bounded.
 

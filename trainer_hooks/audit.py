@@ -180,7 +180,8 @@ def _image_check(rollout: dict[str, Any] | None, trainer: dict[str, Any] | None)
 
 def _bounded_images(summary: dict[str, Any]) -> dict[str, Any]:
     return {"images": int(summary.get("images") or 0),
-            "grid": [[int(v) for v in row][:contract.AUDIT_MAX_GRID_DIMS] for row in (summary.get("grid") or [])[:contract.AUDIT_MAX_IMAGES]],
+            "grid": [[int(v) for v in row][:contract.AUDIT_MAX_GRID_DIMS]
+                     for row in (summary.get("grid") or [])[:contract.AUDIT_MAX_IMAGES]],
             "image_tokens": None if summary.get("image_tokens") is None else int(summary["image_tokens"])}
 
 

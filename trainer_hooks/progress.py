@@ -11,7 +11,7 @@ from . import contract
 
 
 class Progress:
-    def __init__(self, clock=time.monotonic) -> None:  # noqa: ANN001
+    def __init__(self, clock=time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self.policy_version: int | None = None

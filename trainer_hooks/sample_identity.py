@@ -80,7 +80,7 @@ def _tolist(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def _flat(values: Any):  # noqa: ANN202
+def _flat(values: Any):
     for v in values:
         if isinstance(v, (list, tuple)):
             yield from _flat(v)

@@ -15,7 +15,7 @@ from paritywatch.backend.db import Database
 _KEY = "paritywatch.effects"
 
 
-def _noop(*_args) -> None:  # noqa: ANN002
+def _noop(*_args) -> None:
     return None
 
 

@@ -33,7 +33,7 @@ def _mib(field: str) -> str:
     return f"{Settings.model_fields[field].default / 2**20:g} MiB"
 
 
-def markdown(app) -> str:  # noqa: ANN001
+def markdown(app) -> str:
     large, small = _mib("max_body_bytes"), _mib("max_small_body_bytes")
     rows = ["| method | path | who | body cap (default) |", "| --- | --- | --- | --- |"]
     seen = set()
@@ -53,7 +53,7 @@ def replace_in(doc: str, table: str) -> str:
     return f"{before}{START}\n{table}\n{END}{after}"
 
 
-def _app():  # noqa: ANN202
+def _app():
     import tempfile
 
     from paritywatch.backend.main import create_app

@@ -149,7 +149,7 @@ class RouteAccess:
     regex: re.Pattern
 
 
-def _walk(routes, prefix: str = "") -> Iterator[tuple[str, Route]]:  # noqa: ANN001
+def _walk(routes, prefix: str = "") -> Iterator[tuple[str, Route]]:
     for route in routes:
         if hasattr(route, "original_router"):  # fastapi's included router (nested, not copied)
             yield from _walk(route.original_router.routes, prefix + route.include_context.prefix)
@@ -171,7 +171,7 @@ def _access_of(route: Route) -> Access:
     return PUBLIC
 
 
-def route_access_table(app) -> list[RouteAccess]:  # noqa: ANN001
+def route_access_table(app) -> list[RouteAccess]:
     """Every (method, path) the app serves with who may call it, in routing order."""
     table = []
     for path, route in _walk(app.routes):
@@ -182,7 +182,7 @@ def route_access_table(app) -> list[RouteAccess]:  # noqa: ANN001
     return table
 
 
-def access_for(app, method: str, path: str) -> Access:  # noqa: ANN001
+def access_for(app, method: str, path: str) -> Access:
     table = getattr(app.state, "route_access", None)
     if table is None:
         table = app.state.route_access = route_access_table(app)

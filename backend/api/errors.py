@@ -51,7 +51,7 @@ async def handler_response(scope: Scope, exc: Exception) -> Response:
     raise exc
 
 
-def error_response(status: int, message: str, code: str | None = None, details=None, headers=None):  # noqa: ANN001
+def error_response(status: int, message: str, code: str | None = None, details=None, headers=None):
     return JSONResponse(error_envelope(status, message, code, details), status_code=status, headers=headers)
 
 

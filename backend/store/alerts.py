@@ -88,7 +88,7 @@ def group_members(s: Session, labels: dict, project_filter: str | None,
                   also_ids: list[int]) -> list[tuple[Alert, Run]]:
     """Open alerts whose labels (run_id, kind, project, severity: those given) match, plus the
     alerts among `also_ids` (the ones last announced as firing), with their runs."""
-    def scoped(q):  # noqa: ANN001, ANN202
+    def scoped(q):
         if labels.get("run_id") is not None:
             q = q.where(Alert.run_id == labels["run_id"])
         if labels.get("kind") is not None:

@@ -196,7 +196,7 @@ def level1_rollups(st: np.ndarray, vals: np.ndarray) -> list[tuple]:
     return rows[0].rollups
 
 
-def decode_chunks(rows) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+def decode_chunks(rows) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of chunk rows (steps blob, vals blob), stably sorted by step: of equal
     steps the one from the later row comes last."""
     rows = list(rows)
@@ -210,7 +210,7 @@ def decode_chunks(rows) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     return st, vs
 
 
-def decode_range(rows, a: int, b: int | None) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+def decode_range(rows, a: int, b: int | None) -> tuple[np.ndarray, np.ndarray]:
     """`decode_chunks`, keeping the points with a <= step < b (b None: no upper bound): a chunk
     row can hold steps on both sides of a range edge."""
     st, vs = decode_chunks(rows)

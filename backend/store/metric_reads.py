@@ -55,6 +55,10 @@ class BucketPlan:
     raw_ranges: list[tuple[int, int]]  # [a, b) steps read from raw points
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def plan_buckets(lo: int, hi: int, points: int) -> BucketPlan:
     """Choose bucket width and roll-up level for `points` buckets over steps [lo, hi]."""
     end = hi + 1
@@ -62,7 +66,7 @@ def plan_buckets(lo: int, hi: int, points: int) -> BucketPlan:
     level = max((lv for lv in ROLLUP_LEVELS if rollup_width(lv) <= wanted), default=0)
     unit = rollup_width(level) if level else 1
     origin = (lo // unit) * unit
-    width = -(-(-(-(end - origin) // points)) // unit) * unit
+    width = _ceil_div(_ceil_div(end - origin, points), unit) * unit
     if not level:
         return BucketPlan(lo, width, 0, (lo, lo), [(lo, end)])
     a = -(-lo // unit) * unit
@@ -82,11 +86,11 @@ def plan_from_rollups(lo: int, hi: int, points: int) -> BucketPlan:
     level = max(lv for lv in ROLLUP_LEVELS if rollup_width(lv) <= wanted)
     unit = rollup_width(level)
     a, b = (lo // unit) * unit, -(-end // unit) * unit
-    width = -(-(-(-(b - a) // points)) // unit) * unit
+    width = _ceil_div(_ceil_div(b - a, points), unit) * unit
     return BucketPlan(a, width, level, (a, b), [])
 
 
-def merge_buckets(merged: dict[int, list], rows) -> None:  # noqa: ANN001
+def merge_buckets(merged: dict[int, list], rows) -> None:
     """Fold bucket rows (tb, min, max, last_step, last_value, count) into `merged` (tb -> [min, max,
     last_step, last_value, count]); of equal last steps the row merged later wins."""
     for tb, mn, mx, last_step, last_value, count in rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 
-def series_response(key, points, width, lo, hi, rows, origin=0) -> dict:  # noqa: ANN001
+def series_response(key, points, width, lo, hi, rows, origin=0) -> dict:
     order = sorted(rows)
     return {
         "key": key,

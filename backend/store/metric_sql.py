@@ -79,14 +79,14 @@ class MetricSql:
         self.job = ("INSERT INTO detect_jobs (run_id, kind, payload, created_at) "
                     f"VALUES ({p}, 'metrics', {p}, CURRENT_TIMESTAMP) RETURNING id")
 
-    def insert_chunks(self, cur, rows: list[tuple]) -> None:  # noqa: ANN001
+    def insert_chunks(self, cur, rows: list[tuple]) -> None:
         """Insert chunk rows. PostgreSQL: one execution each (psycopg pipelines them)."""
         if not self.pg:
             self._insert_multi_row(cur, self._chunks_head, "", rows)
         elif rows:
             cur.executemany(self.chunks, rows)
 
-    def merge_rollups(self, cur, rows: list[tuple]) -> None:  # noqa: ANN001
+    def merge_rollups(self, cur, rows: list[tuple]) -> None:
         """Merge roll-up rows into the stored ones. PostgreSQL: one statement over arrays, sorted
         (lock order)."""
         if not self.pg:
@@ -95,7 +95,7 @@ class MetricSql:
             cur.execute(self.rollups, [list(c) for c in zip(*sorted(rows))])
 
     @staticmethod
-    def _insert_multi_row(cur, head: str, tail: str, rows: list[tuple]) -> None:  # noqa: ANN001
+    def _insert_multi_row(cur, head: str, tail: str, rows: list[tuple]) -> None:
         """SQLite: `rows` as multi-row INSERTs of up to ROWS_PER_STATEMENT rows, not one execution
         each: each execution hands the GIL over and back around SQLite's work, and beside a busy
         event loop each hand-back waits (a batch's 80 rows cost 80 waits)."""
@@ -107,7 +107,7 @@ class MetricSql:
             part = rows[i : i + per_statement]
             cur.execute(_multi_row_sql(head, tail, width, len(part)), [v for row in part for v in row])
 
-    def lookup_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
+    def lookup_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:
         """{key: series id} of those of `keys` the run has. PostgreSQL: one statement over an
         array; SQLite: IN lists of KEY_ROWS_PER_STATEMENT keys (both index lookups, linear)."""
         if self.pg:
@@ -121,7 +121,7 @@ class MetricSql:
             out.update(cur.fetchall())
         return out
 
-    def create_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
+    def create_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:
         """{key: series id} of every one of `keys`, creating the run's missing ones: a bulk
         INSERT .. ON CONFLICT DO NOTHING RETURNING, then a lookup of the ones it did not insert
         (created meanwhile by another writer). Sorted first: two writers insert in one order."""
@@ -141,7 +141,7 @@ class MetricSql:
             ids.update(self.lookup_keys(cur, run_id, rest))
         return ids
 
-    def count_keys(self, cur, run_id: int) -> int:  # noqa: ANN001
+    def count_keys(self, cur, run_id: int) -> int:
         cur.execute(f"SELECT count(*) FROM metric_keys WHERE run_id = {self.param}", (run_id,))
         return int(cur.fetchone()[0])
 
@@ -166,7 +166,7 @@ def chunk_point_count(s: Session, where: str, params: dict) -> int:
     return int(s.execute(text(f"SELECT coalesce(sum(count), 0) FROM metric_chunks {where}"), params).scalar())
 
 
-def chunk_rows(s: Session, where: str, params: dict):  # noqa: ANN201
+def chunk_rows(s: Session, where: str, params: dict):
     """(steps, vals) blobs of the chunks, in the order their batches were written."""
     return s.execute(text(f"SELECT steps, vals FROM metric_chunks {where} ORDER BY batch_id"), params)
 

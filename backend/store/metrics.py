@@ -104,7 +104,7 @@ class MetricStore:
             epoch, cached = self._series_ids.get(run_id, (None, {}))
             known = {k: cached[k] for k in batch.points if k in cached}
 
-        def job(cur):  # noqa: ANN001, ANN202
+        def job(cur):
             run_epoch, run_last_step = self._check_target(cur, run_id, component_id)
             self._check_step_bound(run_last_step, batch.last_step)
             fresh = known if run_epoch == epoch else {}  # ids cached for an earlier run of this id
@@ -118,7 +118,7 @@ class MetricStore:
 
         return job, finish
 
-    def _check_target(self, cur, run_id: int, component_id: int | None) -> tuple[object, int | None]:  # noqa: ANN001
+    def _check_target(self, cur, run_id: int, component_id: int | None) -> tuple[object, int | None]:
         """The run's creation time and last step, after checking that the run and the component exist."""
         cur.execute(self.sql.target, (component_id, run_id))
         row = cur.fetchone()
@@ -128,7 +128,7 @@ class MetricStore:
             raise NotFound(f"component {component_id} of run {run_id} does not exist")
         return row[0], row[3]
 
-    def _write(self, cur, run_id: int, client_id: str, seq: int, batch: PreparedBatch,  # noqa: ANN001
+    def _write(self, cur, run_id: int, client_id: str, seq: int, batch: PreparedBatch,
                known: dict[str, int], detect_keys: list[str] | None,
                component_id: int | None = None) -> tuple[bool, dict[str, int], int | None]:
         try:
@@ -177,7 +177,7 @@ class MetricStore:
             raise Invalid(f"step {last_step} is more than {self.max_step_ahead} steps past the run's last step "
                           f"{current} (PARITYWATCH_MAX_STEP_AHEAD)")
 
-    def write_rollups(self, cur, rollups: list[tuple]) -> None:  # noqa: ANN001
+    def write_rollups(self, cur, rollups: list[tuple]) -> None:
         """Merge roll-up rows (series_id, level, bucket, min, max, last_step, last_value, count)
         into the stored ones, as ingest does."""
         self.sql.merge_rollups(cur, rollups)
@@ -231,7 +231,7 @@ class MetricStore:
             ids.update(self._create_keys(run_id, new[i : i + KEYS_PER_TRANSACTION]))
         self._remember_ids(run_id, epoch, ids)
 
-    def _write_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:  # noqa: ANN001
+    def _write_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:
         """Ids of `keys` in the batch's own transaction, creating the new ones within the caps."""
         ids = self.sql.lookup_keys(cur, run_id, keys)
         new = [k for k in keys if k not in ids]

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from paritywatch.backend.models import MetricKey, Rule
 
 
-def _scope(run_id: int | None, project: str | None):  # noqa: ANN202
+def _scope(run_id: int | None, project: str | None):
     if run_id is not None:
         return Rule.run_id == run_id
     return (Rule.run_id.is_(None)) & (Rule.project == project)

@@ -18,7 +18,7 @@ class PageRequest:
     position: int | str | None = None
 
 
-def keyset(q: Select, id_col, page: PageRequest, newest_first: bool = True) -> Select:  # noqa: ANN001
+def keyset(q: Select, id_col, page: PageRequest, newest_first: bool = True) -> Select:
     """`q` ordered by `id_col`, from `page.position` on, one row more than the page (to know
     whether another page follows)."""
     if page.position is not None:

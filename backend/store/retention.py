@@ -102,7 +102,7 @@ class RowRemover:
         self.p = "%s" if self.pg else "?"
         self.steps = _steps(self.pg)
 
-    def _run(self, job):  # noqa: ANN001, ANN202
+    def _run(self, job):
         """(job(cursor), seconds) in one transaction, the seconds counting the commit and any
         wait for the writer: what the step cost the metric batches.
 
@@ -139,7 +139,7 @@ class RowRemover:
         """Delete up to `limit` of the run's rows from `step.table`: (rows deleted, seconds)."""
         sql = self._limited(step.table, step.where.format(p=self.p))
 
-        def job(cur):  # noqa: ANN001, ANN202
+        def job(cur):
             cur.execute(sql, (run_id, limit))
             return cur.rowcount
 
@@ -149,7 +149,7 @@ class RowRemover:
         """Delete the run row (its small remaining rows cascade) and close the audit record."""
         p = self.p
 
-        def job(cur):  # noqa: ANN001, ANN202
+        def job(cur):
             cur.execute(f"DELETE FROM runs WHERE id = {p} AND deleted_at IS NOT NULL", (run_id,))
             cur.execute(f"UPDATE run_deletions SET finished_at = {p} WHERE run_id = {p} AND finished_at IS NULL",
                         (_db_time(utcnow(), self.pg), run_id))
@@ -180,7 +180,7 @@ class RowRemover:
         sql = self._limited("metric_chunks", f"series_id = {p} AND batch_id <= {p}",
                             "step_max, in_level1, batch_id, steps, vals")
 
-        def job(cur):  # noqa: ANN001, ANN202
+        def job(cur):
             cur.execute(sql, (series_id, upto_batch, limit))
             rows = cur.fetchall()
             if not rows:
@@ -202,14 +202,14 @@ class RowRemover:
         dropped, seconds)."""
         sql = self._limited("sample_audits", f"received_at < {self.p}")
 
-        def job(cur):  # noqa: ANN001, ANN202
+        def job(cur):
             cur.execute(sql, (_db_time(cutoff, self.pg), limit))
             return cur.rowcount
 
         return self._run(job)
 
 
-def _db_time(t: datetime, pg: bool):  # noqa: ANN202
+def _db_time(t: datetime, pg: bool):
     """A UTC time as the raw driver compares it with stored times: SQLite holds naive UTC text
     (models.UTCDateTime; CURRENT_TIMESTAMP has the same shape without the fraction)."""
     return t if pg else t.astimezone(timezone.utc).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")

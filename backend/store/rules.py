@@ -12,7 +12,7 @@ from paritywatch.backend.store.runs import get_run
 from trainer_hooks.contract import SCORED_RULE_KINDS
 
 
-def _applies_to(run_id: int, project: str | None):  # noqa: ANN202
+def _applies_to(run_id: int, project: str | None):
     """A rule of this run, or of its project."""
     return (Rule.run_id == run_id) | ((Rule.run_id.is_(None)) & (Rule.project == project))
 

@@ -232,7 +232,7 @@ def touch_component(db: Database, run_id: int, component_id: int, now: datetime,
     # SQLite stores UTCDateTime as naive UTC text in SQLAlchemy's format.
     stamp = now if pg else now.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
 
-    def job(cur):  # noqa: ANN001, ANN202
+    def job(cur):
         cur.execute(sql, (stamp, version, samples, points, component_id, run_id))
         return cur.fetchone()
 

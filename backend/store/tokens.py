@@ -7,14 +7,14 @@ from paritywatch.backend.db import Database
 from paritywatch.backend.models import ApiToken
 
 
-def add_token(db: Database, **fields) -> ApiToken:  # noqa: ANN003
+def add_token(db: Database, **fields) -> ApiToken:
     with db.write() as s:
         row = ApiToken(**fields)
         s.add(row)
     return row
 
 
-def add_token_once(db: Database, **fields) -> bool:  # noqa: ANN003
+def add_token_once(db: Database, **fields) -> bool:
     """Store a token unless one with its hash exists; True when it was stored now."""
     with db.write() as s:
         if s.scalar(select(ApiToken.id).where(ApiToken.token_hash == fields["token_hash"])) is not None:

@@ -13,7 +13,7 @@ from paritywatch.backend.store.paging import PageRequest, keyset, split_page
 from paritywatch.backend.store.rows import get_or_404, insert_row, update_row
 
 
-def add_webhook(db: Database, **fields) -> Webhook:  # noqa: ANN003
+def add_webhook(db: Database, **fields) -> Webhook:
     return insert_row(db, Webhook(**fields))
 
 

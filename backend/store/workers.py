@@ -58,7 +58,7 @@ def _silent_since(run_state: str, cutoff: datetime) -> datetime | None:
     return cutoff if run_state in ENDED_RUN_STATES else None
 
 
-def _state_is(state: str, silent_since: datetime | None):  # noqa: ANN202
+def _state_is(state: str, silent_since: datetime | None):
     """The SQL of "shown in `state`" (see _silent_since)."""
     if silent_since is None:
         return false() if state == ENDED_PROCESS else Component.status == state
@@ -69,7 +69,7 @@ def _state_is(state: str, silent_since: datetime | None):  # noqa: ANN202
     return Component.status == state
 
 
-def _filtered(run_id: int, f: WorkerFilter, silent_since: datetime | None):  # noqa: ANN202
+def _filtered(run_id: int, f: WorkerFilter, silent_since: datetime | None):
     q = select(Component).where(Component.run_id == run_id)
     if f.state:
         q = q.where(_state_is(f.state, silent_since))

@@ -51,7 +51,7 @@ class Attempt:
 
 class Dispatcher:
     def __init__(self, db: Database, settings: Settings, *, resolver: Resolver = system_resolver,
-                 network_backend=None):  # noqa: ANN001 - an httpcore.AsyncNetworkBackend (tests)
+                 network_backend=None):
         self.db = db
         self.settings = settings
         self.box = SecretBox(settings.secret_keys)
@@ -137,7 +137,7 @@ class Dispatcher:
             renewer.cancel()
         self._loop = self._wake = None
 
-    def _finished(self, tasks: set, wake: asyncio.Event):  # noqa: ANN202
+    def _finished(self, tasks: set, wake: asyncio.Event):
         def done(task: asyncio.Task) -> None:
             tasks.discard(task)
             if not task.cancelled() and task.exception() is not None:

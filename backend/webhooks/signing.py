@@ -41,7 +41,7 @@ def headers_for(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[s
     }
 
 
-def verify(secret: str, headers, body: bytes, now: float, tolerance_s: int = DEFAULT_TOLERANCE_S) -> None:  # noqa: ANN001
+def verify(secret: str, headers, body: bytes, now: float, tolerance_s: int = DEFAULT_TOLERANCE_S) -> None:
     """Raise SignatureError unless one v1 signature matches and the timestamp is fresh."""
     h = {k.lower(): v for k, v in headers.items()}
     try:

@@ -85,7 +85,7 @@ class AddressPolicy:
     allow_loopback: bool = False
 
     @classmethod
-    def from_settings(cls, settings) -> "AddressPolicy":  # noqa: ANN001
+    def from_settings(cls, settings) -> "AddressPolicy":
         return cls(parse_networks(settings.webhook_allowed_networks), settings.allow_loopback_webhooks)
 
     def check(self, addr: Address) -> None:
@@ -194,7 +194,7 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         self.resolver = resolver
         self.inner = inner or AutoBackend()
 
-    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):  # noqa: ANN001, ANN201
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         import anyio
 
         host = host.strip("[]")
@@ -213,7 +213,7 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
                 last = exc
         raise last  # type: ignore[misc]
 
-    async def connect_unix_socket(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+    async def connect_unix_socket(self, *args, **kwargs):
         raise RefusedAddress("webhooks never connect to unix sockets")
 
     async def sleep(self, seconds: float) -> None:

@@ -53,7 +53,7 @@ def _rebuild_level1(dense_chunk: int | None) -> None:
             conn.execute(insert, [{"sid": sid, **b} for b in buckets])
 
 
-def _level1_buckets(rows) -> list[dict]:  # noqa: ANN001
+def _level1_buckets(rows) -> list[dict]:
     """min / max / last / count per 16-step bucket of packed chunk rows (steps int64 LE, vals
     float64 LE) in batch order: of equal steps the later batch's point is the last."""
     if not rows:

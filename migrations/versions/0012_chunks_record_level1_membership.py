@@ -48,7 +48,7 @@ def downgrade() -> None:
         op.drop_column('metric_chunks', 'in_level1')
 
 
-def _fold_level1(conn, sid: int, folded: list[dict]) -> None:  # noqa: ANN001
+def _fold_level1(conn, sid: int, folded: list[dict]) -> None:
     """Merge level-1 rows of one series into the stored ones. Of equal last steps the point
     written last wins, as reads decide it: it is in the latest batch's chunk holding that step
     among those under DENSE_CHUNK points (all of them count toward level 1 after this)."""
@@ -83,7 +83,7 @@ def _fold_level1(conn, sid: int, folded: list[dict]) -> None:  # noqa: ANN001
             [{"sid": sid, **b} for b in updates])
 
 
-def _last_written(conn, sid: int, step: int) -> float:  # noqa: ANN001
+def _last_written(conn, sid: int, step: int) -> float:
     rows = conn.execute(sa.text(
         f"SELECT steps, vals FROM metric_chunks WHERE series_id = :sid AND count < {DENSE_CHUNK} "
         "AND step_min >= :w AND step_min <= :s AND step_max >= :s ORDER BY batch_id"),
@@ -92,7 +92,7 @@ def _last_written(conn, sid: int, step: int) -> float:  # noqa: ANN001
     return float(vals[steps == step][-1])
 
 
-def _decode(rows) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+def _decode(rows) -> tuple[np.ndarray, np.ndarray]:
     """Points of packed chunk rows (steps int64 LE, vals float64 LE) in batch order, stably
     sorted by step: of equal steps the later batch's point comes last."""
     steps = np.concatenate([np.frombuffer(bytes(r[0]), dtype="<i8") for r in rows])
@@ -101,7 +101,7 @@ def _decode(rows) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
     return steps[order], vals[order]
 
 
-def _level1_buckets(rows) -> list[dict]:  # noqa: ANN001
+def _level1_buckets(rows) -> list[dict]:
     """min / max / last / count per 16-step bucket of packed chunk rows, sorted by bucket."""
     if not rows:
         return []

@@ -82,7 +82,7 @@ def _backfill_open_alerts() -> None:
         op.bulk_insert(spans, new)
 
 
-def _cause(kind: str, detail: dict, step):  # noqa: ANN001, ANN202
+def _cause(kind: str, detail: dict, step):
     """(cause key, what, worker ids, first step) of an open error alert, or None."""
     if kind == 'processor_mismatch':
         names = [str(c) for c in detail.get('components') or []]

@@ -54,7 +54,7 @@ class _children_kept:
         if self.active:
             op.execute('CREATE TEMP TABLE _kept_samples AS SELECT * FROM sample_audit_samples')
 
-    def __exit__(self, exc_type, *_) -> None:  # noqa: ANN001
+    def __exit__(self, exc_type, *_) -> None:
         if self.active and exc_type is None:
             op.execute('INSERT INTO sample_audit_samples SELECT * FROM _kept_samples '
                        'WHERE id NOT IN (SELECT id FROM sample_audit_samples)')

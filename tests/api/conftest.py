@@ -41,7 +41,7 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def new_run(client, name="run-1", **extra) -> dict:  # noqa: ANN001
+def new_run(client, name="run-1", **extra) -> dict:
     r = client.post("/api/v1/runs", json={"name": name, **extra})
     assert r.status_code == 200, r.text
     return r.json()

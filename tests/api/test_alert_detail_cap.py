@@ -17,7 +17,7 @@ from trainer_hooks.fingerprint import fingerprint_processor
 CAP = 64 * 1024
 
 
-def _size(value) -> int:  # noqa: ANN001
+def _size(value) -> int:
     return len(json.dumps(value, ensure_ascii=False).encode())
 
 

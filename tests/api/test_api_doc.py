@@ -20,7 +20,7 @@ def app(tmp_path_factory):
     return create_app(Settings(database_url=f"sqlite:///{tmp_path_factory.mktemp('doc') / 'never-opened.db'}"))
 
 
-def routes_outside_the_schema(app) -> set[tuple[str, str]]:  # noqa: ANN001
+def routes_outside_the_schema(app) -> set[tuple[str, str]]:
     """Routes the doc may mention that OpenAPI leaves out (GET /metrics, the Prometheus text)."""
     out = set()
     for route in app.routes:

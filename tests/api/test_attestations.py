@@ -28,23 +28,23 @@ def perturbed(name: str, seed: int = 0) -> dict[str, np.ndarray]:
     return w
 
 
-def component(client, rid: int, side: str, worker_id: str) -> int:  # noqa: ANN001
+def component(client, rid: int, side: str, worker_id: str) -> int:
     return client.post(f"{API}/runs/{rid}/components", json={"side": side, "worker_id": worker_id}).json()["id"]
 
 
-def attest(client, rid: int, cid: int, w: dict, version: int, **opts) -> dict:  # noqa: ANN001
+def attest(client, rid: int, cid: int, w: dict, version: int, **opts) -> dict:
     r = client.post(f"{API}/runs/{rid}/components/{cid}/attestations",
                     json=digest_weights(w, version, AttestOptions(**opts)))
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def open_alerts(client, rid: int) -> list[dict]:  # noqa: ANN001
+def open_alerts(client, rid: int) -> list[dict]:
     return client.get(f"{API}/runs/{rid}/alerts", params={"status": "open"}).json()["alerts"]
 
 
 @pytest.fixture
-def run(client):  # noqa: ANN001
+def run(client):
     rid = new_run(client)["id"]
     return rid, component(client, rid, "trainer", "t"), component(client, rid, "rollout", "w1"), \
         component(client, rid, "rollout", "w2")

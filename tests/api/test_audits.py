@@ -175,7 +175,7 @@ def test_posting_is_idempotent_strict_and_bounded(client) -> None:
     assert client.get(url, params={"limit": 5, "colour": "red"}).status_code == 422
     assert client.get(f"{url}/samples", params={"audit": 1}).status_code == 422
     assert client.get(url, params={"limit": 1000}).status_code == 422
-    assert client.post(f"/api/v1/runs/999999/audits", json=audit_body("c", 9)).status_code == 404
+    assert client.post("/api/v1/runs/999999/audits", json=audit_body("c", 9)).status_code == 404
     # a run being deleted refuses audits like metric batches
     assert client.delete(f"/api/v1/runs/{run_id}").status_code == 204
     assert client.post(url, json=audit_body("c", 2)).status_code == 404

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.api.conftest import auth, make_token, new_run
+from tests.api.conftest import auth, make_token
 
 
 def test_open_mode_only_without_tokens(client, app):

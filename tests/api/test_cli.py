@@ -5,7 +5,7 @@ import sys
 import pytest
 
 
-def run_cli(*args: str):  # noqa: ANN001
+def run_cli(*args: str):
     return subprocess.run([sys.executable, "-m", "paritywatch.backend.cli", *args], capture_output=True, text=True, timeout=60)
 
 

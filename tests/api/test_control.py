@@ -4,7 +4,7 @@ import time
 from tests.api.conftest import auth, new_run
 
 
-def act(client, rid, action, reason="because"):  # noqa: ANN001
+def act(client, rid, action, reason="because"):
     return client.post(f"/api/v1/runs/{rid}/control", json={"action": action, "reason": reason, "actor": "alice"})
 
 

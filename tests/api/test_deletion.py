@@ -24,7 +24,7 @@ PER_RUN = (MetricChunk, MetricRollup, MetricKey, IngestBatch, Alert, AlertEvent,
            SampleAudit, SampleAuditSample, TaintSpan)  # the sample_audit alert leaves a taint span
 
 
-def rows_of(app, run_id: int) -> dict[str, int]:  # noqa: ANN001
+def rows_of(app, run_id: int) -> dict[str, int]:
     """Rows belonging to a run, per table (webhook deliveries: those whose payload names it)."""
     out = {}
     with app.state.db.read() as s:
@@ -43,7 +43,7 @@ def rows_of(app, run_id: int) -> dict[str, int]:  # noqa: ANN001
     return out
 
 
-def seed(client, app, name: str, batches: int = 12) -> dict:  # noqa: ANN001
+def seed(client, app, name: str, batches: int = 12) -> dict:
     """A run with processes, dense and sparse metric batches, rules, control changes, alerts and
     webhook deliveries about it."""
     run = new_run(client, name)
@@ -70,7 +70,7 @@ def seed(client, app, name: str, batches: int = 12) -> dict:  # noqa: ANN001
 
 
 @pytest.fixture
-def hook(client, app):  # noqa: ANN001
+def hook(client, app):
     """A webhook subscribed to everything, pointing nowhere reachable: deliveries stay queued."""
     app.state.settings.allow_loopback_webhooks = True
     return client.post("/api/v1/webhooks", json={"url": "http://127.0.0.1:9/never"}).json()
@@ -140,7 +140,7 @@ def test_a_new_run_that_reuses_a_deleted_runs_id_gets_none_of_its_series(client,
     assert [(k["key"], k["count"]) for k in keys] == [("loss", 2)]
 
 
-def _age_batches(app, upto_batch_id: int, days: float) -> None:  # noqa: ANN001
+def _age_batches(app, upto_batch_id: int, days: float) -> None:
     old = utcnow() - timedelta(days=days)
     with app.state.db.write() as s:
         s.execute(IngestBatch.__table__.update().where(IngestBatch.id <= upto_batch_id).values(received_at=old))

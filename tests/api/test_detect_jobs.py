@@ -34,7 +34,7 @@ def api(app):
         yield c
 
 
-def fail_once(kind: str):  # noqa: ANN201
+def fail_once(kind: str):
     """A test hook that fails the first evaluation of `kind`, as a crash or a lost connection would."""
     failures = []
 
@@ -46,12 +46,12 @@ def fail_once(kind: str):  # noqa: ANN201
     return hook
 
 
-def pending_jobs(app) -> int:  # noqa: ANN001
+def pending_jobs(app) -> int:
     with app.state.db.read() as s:
         return s.scalar(select(func.count()).select_from(DetectJob))
 
 
-def open_alerts(api, run_id: int) -> list[dict]:  # noqa: ANN001
+def open_alerts(api, run_id: int) -> list[dict]:
     return api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "open"}).json()["alerts"]
 
 
@@ -93,7 +93,7 @@ def test_a_job_is_evaluated_once_even_by_two_replicas_at_once(api, app, settings
     replicas = [create_app(settings, upgrade_schema=False).state.engine for _ in range(2)]
     start = threading.Barrier(2)
 
-    def drain(engine) -> None:  # noqa: ANN001
+    def drain(engine) -> None:
         start.wait()
         engine.process_pending(older_than_s=0)
 
@@ -141,7 +141,7 @@ def test_two_concurrent_fingerprint_posts_never_resolve_each_others_alert(api, a
     real = engine_module.DetectionEngine._warm_diffs
     calls = []
 
-    def slow_first(self, rid):  # noqa: ANN001, ANN202
+    def slow_first(self, rid):
         real(self, rid)
         calls.append(rid)
         if len(calls) == 1:  # worker a's evaluation: prepared, then held before it applies

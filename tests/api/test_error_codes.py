@@ -65,7 +65,7 @@ def test_the_scan_sees_each_way_of_naming_a_code() -> None:
     assert literal_codes(source) == [(2, "gone_forever"), (3, "gone_too"), (4, "gone_three")]
 
 
-def test_every_status_the_server_names_has_a_code_and_the_envelope_uses_it(client) -> None:  # noqa: ANN001
+def test_every_status_the_server_names_has_a_code_and_the_envelope_uses_it(client) -> None:
     for status, code in contract.ERROR_CODE_FOR_STATUS.items():
         assert contract.error_envelope(status, "m")["error"] == {"status": status, "code": code, "message": "m"}
     assert contract.error_envelope(418, "m")["error"]["code"] == contract.ERROR_OTHER

@@ -36,7 +36,7 @@ def test_a_busy_or_absent_database_is_503_with_retry_after(client, app, monkeypa
     """Not a 500: nothing was written and the hooks' retry of the same batch is safe."""
     run = client.post("/api/v1/runs", json={"name": "busy"}).json()
 
-    def fail(*_args, **_kwargs):  # noqa: ANN002, ANN003
+    def fail(*_args, **_kwargs):
         raise make_error()
 
     monkeypatch.setattr(app.state.metrics, "_write", fail)  # inside the group-commit writer's transaction
@@ -49,7 +49,7 @@ def test_a_busy_or_absent_database_is_503_with_retry_after(client, app, monkeypa
 def test_a_real_bug_in_sql_is_still_a_500(client, app, monkeypatch):
     run = client.post("/api/v1/runs", json={"name": "bug"}).json()
 
-    def fail(*_args, **_kwargs):  # noqa: ANN002, ANN003
+    def fail(*_args, **_kwargs):
         raise sqlite3.OperationalError("no such table: metric_chunkz")
 
     monkeypatch.setattr(app.state.metrics, "_write", fail)  # inside the group-commit writer's transaction

@@ -17,7 +17,7 @@ from tests.support.live import local_client
 JSON = {"content-type": "application/json"}
 
 
-def batch(seq: int, steps: list, series: dict, **extra) -> bytes:  # noqa: ANN003
+def batch(seq: int, steps: list, series: dict, **extra) -> bytes:
     return json.dumps({"client_id": "c1", "seq": seq, "steps": steps, "series": series, **extra}).encode()
 
 
@@ -51,7 +51,7 @@ REQUESTS = [
 ]
 
 
-def make_app(tmp_path, name: str, fast_path: bool):  # noqa: ANN001, ANN201
+def make_app(tmp_path, name: str, fast_path: bool):
     settings = Settings(database_url=f"sqlite:///{tmp_path / name}.db", host="127.0.0.1", open_mode=True,
                         max_points_per_batch=500, max_step_ahead=1_000_000)
     app = create_app(settings)
@@ -61,7 +61,7 @@ def make_app(tmp_path, name: str, fast_path: bool):  # noqa: ANN001, ANN201
     return app
 
 
-def answers(client, requests, extra_headers=None) -> list[tuple]:  # noqa: ANN001
+def answers(client, requests, extra_headers=None) -> list[tuple]:
     out = []
     for what, path, body, headers in requests:
         r = client.post("/api/v1" + path, content=body, headers={**headers, **(extra_headers or {})})
@@ -70,7 +70,7 @@ def answers(client, requests, extra_headers=None) -> list[tuple]:  # noqa: ANN00
     return out
 
 
-def stored(client) -> list:  # noqa: ANN001
+def stored(client) -> list:
     keys = client.get("/api/v1/runs/1/metrics").json()["keys"]
     return [(k["key"], k["count"], client.get("/api/v1/runs/1/series", params={"key": k["key"]}).json()["buckets"])
             for k in keys]
@@ -82,7 +82,7 @@ def counted(monkeypatch):
     calls = []
     real = fast_ingest.ingest_metric_batch
 
-    async def counting(*args, **kwargs):  # noqa: ANN002, ANN003
+    async def counting(*args, **kwargs):
         calls.append(args[1])
         return await real(*args, **kwargs)
 

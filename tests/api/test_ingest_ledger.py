@@ -13,17 +13,17 @@ from tests.api.test_audits import audit_body
 from tests.support.live import local_client
 
 
-def post(client, run_id, seq, series, client_id="shared", steps=(1,), **extra):  # noqa: ANN001
+def post(client, run_id, seq, series, client_id="shared", steps=(1,), **extra):
     return client.post(f"/api/v1/runs/{run_id}/metrics",
                        json={"client_id": client_id, "seq": seq, "steps": list(steps), "series": series, **extra})
 
 
-def last_values(client, run_id: int) -> dict:  # noqa: ANN001
+def last_values(client, run_id: int) -> dict:
     keys = client.get(f"/api/v1/runs/{run_id}/metrics", params={"limit": 10_000}).json()["keys"]
     return {k["key"]: k["last_value"] for k in keys if k["count"]}
 
 
-def rows(app, model, **where) -> int:  # noqa: ANN001
+def rows(app, model, **where) -> int:
     with app.state.db.read() as s:
         q = select(func.count()).select_from(model)
         for name, value in where.items():

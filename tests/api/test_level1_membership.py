@@ -35,7 +35,7 @@ def new_run(db: Database) -> int:
         return run.id
 
 
-def write_both_eras(db: Database, monkeypatch, seed: int, overlap: bool) -> tuple[int, list]:  # noqa: ANN001
+def write_both_eras(db: Database, monkeypatch, seed: int, overlap: bool) -> tuple[int, list]:
     """A run whose series "s" mixes batches packed under DENSE_CHUNK 256 and 32, each size in
     SIZES under both; `overlap`: some batches rewrite steps already written. Returns the run and
     every point in write order."""
@@ -61,7 +61,7 @@ def flags(db: Database) -> set[tuple[int, bool]]:
         return {(n, bool(f)) for n, f in s.execute(text("SELECT count, in_level1 FROM metric_chunks"))}
 
 
-def assert_reads_match(db: Database, run_id: int, written, reads) -> None:  # noqa: ANN001
+def assert_reads_match(db: Database, run_id: int, written, reads) -> None:
     store = MetricStore(db)
     for points, lo, hi in reads:
         got = store.series(run_id, "s", points, lo, hi)

@@ -28,12 +28,12 @@ def api(app):
         yield c
 
 
-def sweep(app, after_s: float = TIMEOUT_S + 1) -> dict:  # noqa: ANN001
+def sweep(app, after_s: float = TIMEOUT_S + 1) -> dict:
     """The heartbeat sweep as if `after_s` seconds had passed."""
     return run_state.sweep(app.state.effects, app.state.db, TIMEOUT_S, now=utcnow() + timedelta(seconds=after_s))
 
 
-def new_run(api, name: str, *workers: tuple[str, str]) -> tuple[int, dict[str, int]]:  # noqa: ANN001
+def new_run(api, name: str, *workers: tuple[str, str]) -> tuple[int, dict[str, int]]:
     run_id = api.post("/api/v1/runs", json={"name": name}).json()["id"]
     ids = {}
     for side, worker in workers:
@@ -43,16 +43,16 @@ def new_run(api, name: str, *workers: tuple[str, str]) -> tuple[int, dict[str, i
     return run_id, ids
 
 
-def state(api, run_id: int) -> str:  # noqa: ANN001
+def state(api, run_id: int) -> str:
     return api.get(f"/api/v1/runs/{run_id}").json()["control"]["state"]
 
 
-def alerts(api, run_id: int, status: str | None = None) -> list[dict]:  # noqa: ANN001
+def alerts(api, run_id: int, status: str | None = None) -> list[dict]:
     params = {"status": status} if status else {}
     return api.get(f"/api/v1/runs/{run_id}/alerts", params=params).json()["alerts"]
 
 
-def close(api, run_id: int, component_id: int, **body):  # noqa: ANN001, ANN201
+def close(api, run_id: int, component_id: int, **body):
     r = api.post(f"/api/v1/runs/{run_id}/components/{component_id}/close", **({"json": body} if body else {}))
     assert r.status_code == 200, r.text
     return r.json()
@@ -135,7 +135,7 @@ def test_a_trainer_registering_again_resumes_a_finished_run_a_rollout_does_not(a
     assert state(api, run_id) == "running"
 
 
-def silence(app, component_id: int, seconds: float = TIMEOUT_S + 5) -> None:  # noqa: ANN001
+def silence(app, component_id: int, seconds: float = TIMEOUT_S + 5) -> None:
     """The process's last heartbeat was `seconds` ago (as if it had been killed then)."""
     from paritywatch.backend.models import Component
 
@@ -143,7 +143,7 @@ def silence(app, component_id: int, seconds: float = TIMEOUT_S + 5) -> None:  # 
         s.get(Component, component_id).last_heartbeat = utcnow() - timedelta(seconds=seconds)
 
 
-def shown_states(api, run_id: int) -> dict:  # noqa: ANN001
+def shown_states(api, run_id: int) -> dict:
     """What the run page's header, the runs list and the workers view read of each process."""
     run = {c["worker_id"]: c["status"] for c in api.get(f"/api/v1/runs/{run_id}").json()["components"]}
     listed = next(r for r in api.get("/api/v1/runs").json()["runs"] if r["id"] == run_id)

@@ -9,13 +9,13 @@ from paritywatch.backend.models import Run
 from tests.api.conftest import new_run
 
 
-def fire_alerts(app, run_id: int, n: int) -> list[int]:  # noqa: ANN001
+def fire_alerts(app, run_id: int, n: int) -> list[int]:
     with app.state.db.write() as s:
         run = s.get(Run, run_id)
         return [lifecycle.fire(s, run, "metric_threshold", "warning", f"k{i}", f"alert {i}", {})[0].id for i in range(n)]
 
 
-def pages(client, path: str, field: str, **params) -> list[list[dict]]:  # noqa: ANN001
+def pages(client, path: str, field: str, **params) -> list[list[dict]]:
     """Every page of a list, following next_cursor."""
     out, cursor = [], None
     for _ in range(100):
@@ -29,7 +29,7 @@ def pages(client, path: str, field: str, **params) -> list[list[dict]]:  # noqa:
     raise AssertionError("next_cursor never ended")
 
 
-def assert_error(r, status: int, *words: str) -> None:  # noqa: ANN001
+def assert_error(r, status: int, *words: str) -> None:
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["status"] == status and err["code"] and err["message"]

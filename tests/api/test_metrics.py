@@ -7,19 +7,19 @@ from paritywatch.backend.models import IngestBatch, MetricChunk, MetricKey, Metr
 from tests.api.conftest import new_run
 
 
-def post(client, run_id, seq, steps, series, client_id="c1"):  # noqa: ANN001
+def post(client, run_id, seq, steps, series, client_id="c1"):
     return client.post(
         f"/api/v1/runs/{run_id}/metrics",
         json={"client_id": client_id, "seq": seq, "steps": steps, "series": series},
     )
 
 
-def count_rows(app, model) -> int:  # noqa: ANN001
+def count_rows(app, model) -> int:
     with app.state.db.read() as s:
         return s.scalar(select(func.count()).select_from(model))
 
 
-def count_points(app) -> int:  # noqa: ANN001
+def count_points(app) -> int:
     """Raw points stored (they are packed in chunks: the sum of the chunks' counts)."""
     with app.state.db.read() as s:
         return int(s.scalar(select(func.coalesce(func.sum(MetricChunk.count), 0))))
@@ -100,7 +100,7 @@ def test_huge_steps_and_unicode_keys(client, app, monkeypatch):
     assert r["buckets"]["step"] == [2**53] and r["buckets"]["last"] == [1.5]
 
 
-def brute_force(points, lo, width, origin):  # noqa: ANN001
+def brute_force(points, lo, width, origin):
     out = {}
     for step, v in points:
         tb = (step - origin) // width
@@ -191,7 +191,7 @@ def test_a_batch_whose_request_is_cancelled_while_queued_is_not_written(client, 
     store, db = app.state.metrics, app.state.db
     entered, release = threading.Event(), threading.Event()
 
-    def hold(_cur):  # noqa: ANN001, ANN202
+    def hold(_cur):
         entered.set()
         assert release.wait(30)
 

@@ -73,5 +73,5 @@ def test_0014_opens_spans_for_open_misalignment_alerts_only(empty_db_url):  # no
         engine.dispose()
 
 
-def _list(value) -> list:  # noqa: ANN001
+def _list(value) -> list:
     return json.loads(value) if isinstance(value, str) else value

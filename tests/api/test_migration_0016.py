@@ -12,18 +12,18 @@ from tests.api.test_migrations import empty_db_url  # noqa: F401 - the fixture (
 NOW = "2026-12-03 09:00:00"
 
 
-def _run(c, run_id: int) -> None:  # noqa: ANN001
+def _run(c, run_id: int) -> None:
     c.execute(text("INSERT INTO runs (id, project, name, tags, config, created_at, control_state, control_version, "
                    f"control_updated_at, on_mismatch) VALUES ({run_id}, 'p', 'r{run_id}', '{{}}', '{{}}', '{NOW}', "
                    f"'running', 1, '{NOW}', 'pause')"))
 
 
-def _batch(c, batch_id: int, run_id: int, client_id: str, seq: int) -> None:  # noqa: ANN001
+def _batch(c, batch_id: int, run_id: int, client_id: str, seq: int) -> None:
     c.execute(text("INSERT INTO ingest_batches (id, run_id, client_id, seq, points, received_at) "
                    f"VALUES ({batch_id}, {run_id}, '{client_id}', {seq}, 1, '{NOW}')"))
 
 
-def _audit(c, audit_id: int, run_id: int, client_id: str, seq: int) -> None:  # noqa: ANN001
+def _audit(c, audit_id: int, run_id: int, client_id: str, seq: int) -> None:
     c.execute(text("INSERT INTO sample_audits (id, run_id, client_id, seq, received_at, samples, length_mismatches, "
                    f"rerender_mismatches, truncated, counts, failing) VALUES ({audit_id}, {run_id}, '{client_id}', "
                    f"{seq}, '{NOW}', 4, 1, 0, 0, '{{}}', 1)"))
@@ -56,7 +56,7 @@ def test_0016_keys_the_ledgers_per_run_and_keeps_every_row(empty_db_url):  # noq
         try:
             _batch(c, 12, 2, "w0", 0)  # the same run: still one
             raise AssertionError("a second (run, client_id, seq) was stored")
-        except Exception as exc:  # noqa: BLE001 - the driver's unique violation
+        except Exception as exc:
             assert "unique" in str(exc).lower()
     with engine.begin() as c:  # the downgrade's old key cannot hold both runs' rows
         c.execute(text("DELETE FROM ingest_batches WHERE id = 11"))

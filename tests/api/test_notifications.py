@@ -40,7 +40,7 @@ def rx():
 class Clock:
     """Runs the notifier and the dispatcher as if `t` seconds had passed since the test began."""
 
-    def __init__(self, app):  # noqa: ANN001
+    def __init__(self, app):
         self.app, self.t0 = app, utcnow()
 
     def notify(self, t: float) -> int:
@@ -57,20 +57,20 @@ class Clock:
         run_state.sweep(self.app.state.effects, self.app.state.db, TIMEOUT, now=self.t0 + timedelta(seconds=t))
 
 
-def hook(api, url: str, **extra) -> dict:  # noqa: ANN001
+def hook(api, url: str, **extra) -> dict:
     r = api.post("/api/v1/webhooks", json={"url": url, **extra})
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def workers(api, run_name: str, n: int, project: str = "default") -> tuple[int, list[int]]:  # noqa: ANN001
+def workers(api, run_name: str, n: int, project: str = "default") -> tuple[int, list[int]]:
     run_id = api.post("/api/v1/runs", json={"name": run_name, "project": project}).json()["id"]
     ids = [api.post(f"/api/v1/runs/{run_id}/components", json={"side": "rollout", "worker_id": f"w{i:03d}"}).json()["id"]
            for i in range(n)]
     return run_id, ids
 
 
-def alert_bodies(rx) -> list[dict]:  # noqa: ANN001
+def alert_bodies(rx) -> list[dict]:
     return [r.json for r in rx.accepted() if r.json["type"].startswith("alert.")]
 
 
@@ -91,7 +91,8 @@ def test_200_silent_workers_are_one_message_then_changes_then_all_resolved(api, 
     assert first["type"] == "alert.firing" and data["status"] == "firing"
     assert data["counts"] == {"firing": 200, "resolved": 0, "silenced": 0}
     assert data["workers_total"] == 200 and data["workers"][:3] == ["w000", "w001", "w002"]
-    assert data["summary"].startswith("[FIRING] 200 heartbeat_lost alerts in default/big: workers w000, w001, w002, w003, w004 and 195 more")
+    assert data["summary"].startswith("[FIRING] 200 heartbeat_lost alerts in default/big: "
+                                      "workers w000, w001, w002, w003, w004 and 195 more")
     assert data["reason"] == "200 alert(s) firing" and len(data["alerts"]) == 20
     assert data["group"]["labels"] == {"run_id": run_id, "kind": "heartbeat_lost"}
     assert data["run"] == {"id": run_id, "name": "big", "project": "default", "state": "crashed",

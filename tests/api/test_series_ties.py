@@ -23,7 +23,7 @@ def brute_force(points_in_write_order, origin: int, width: int) -> dict[int, lis
     return out
 
 
-def write_batches_with_ties(client, run_id: int, rng: random.Random) -> list[tuple[int, float]]:  # noqa: ANN001
+def write_batches_with_ties(client, run_id: int, rng: random.Random) -> list[tuple[int, float]]:
     """Dense batches (whole 4096-step windows: no 16-step roll-ups) and sparse ones, most of them
     rewriting steps already written, some repeating a step inside one batch. Returns every point
     in the order it was written."""

@@ -36,7 +36,7 @@ def api(app):
 class Job:
     """A run with a trainer and rollout workers, driven through the API as the hooks drive it."""
 
-    def __init__(self, api, name: str, workers: int = 3):  # noqa: ANN001
+    def __init__(self, api, name: str, workers: int = 3):
         self.api, self.seq = api, 0
         self.id = api.post(f"{API}/runs", json={"name": name}).json()["id"]
         self.trainer = self.register("trainer", "trainer-0")
@@ -71,7 +71,7 @@ class Job:
     def get(self) -> dict:
         return self.api.get(f"{API}/runs/{self.id}").json()
 
-    def taint(self, **params) -> dict:  # noqa: ANN003
+    def taint(self, **params) -> dict:
         r = self.api.get(f"{API}/runs/{self.id}/taint", params=params)
         assert r.status_code == 200, r.text
         return r.json()
@@ -154,12 +154,12 @@ def test_an_align_rule_taints_from_the_batch_it_measured_and_other_alerts_taint_
 
 # ------------------------------------------------------------------ the webhook that says it ended
 
-def deliver(app) -> None:  # noqa: ANN001
+def deliver(app) -> None:
     while app.state.dispatcher.run_once():
         pass
 
 
-def sweep_after_timeout(app) -> None:  # noqa: ANN001
+def sweep_after_timeout(app) -> None:
     run_state.sweep(app.state.effects, app.state.db, TIMEOUT, now=utcnow() + timedelta(seconds=TIMEOUT + 1))
 
 

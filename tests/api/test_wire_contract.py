@@ -27,7 +27,7 @@ def _template(path: str) -> str:
     return re.sub(r"\{[^}]+\}", "{}", path)
 
 
-def _served(app) -> set[tuple[str, str]]:  # noqa: ANN001
+def _served(app) -> set[tuple[str, str]]:
     paths = app.openapi()["paths"]
     return {(method.upper(), _template(path[len(contract.API_PREFIX):]))
             for path, ops in paths.items() for method in ops}

@@ -11,23 +11,23 @@ from tests.api.test_fingerprints import fake_fp
 API = "/api/v1"
 
 
-def register(client, run_id: int, side: str, worker_id: str, host: str = "node-0") -> int:  # noqa: ANN001
+def register(client, run_id: int, side: str, worker_id: str, host: str = "node-0") -> int:
     r = client.post(f"{API}/runs/{run_id}/components", json={"side": side, "worker_id": worker_id, "host": host})
     assert r.status_code == 200, r.text
     return r.json()["id"]
 
 
-def beat(client, run_id: int, component_id: int, **body):  # noqa: ANN001, ANN201
+def beat(client, run_id: int, component_id: int, **body):
     path = f"{API}/runs/{run_id}/components/{component_id}/heartbeat"
     return client.post(path, json=body) if body else client.post(path)
 
 
-def fingerprint(client, run_id: int, component_id: int, fp: dict) -> None:  # noqa: ANN001
+def fingerprint(client, run_id: int, component_id: int, fp: dict) -> None:
     r = client.post(f"{API}/runs/{run_id}/components/{component_id}/fingerprint", json=fp)
     assert r.status_code == 200, r.text
 
 
-def all_pages(client, run_id: int, **params) -> tuple[list[dict], int, dict]:  # noqa: ANN001
+def all_pages(client, run_id: int, **params) -> tuple[list[dict], int, dict]:
     rows, pages, cursor, first = [], 0, None, None
     while True:
         r = client.get(f"{API}/runs/{run_id}/workers", params={**params, **({"cursor": cursor} if cursor else {})})
@@ -45,7 +45,7 @@ def by_worker(rows: list[dict]) -> dict[str, dict]:
     return {r["worker_id"]: r for r in rows}
 
 
-def seeded_run(client) -> tuple[int, dict[str, int], dict, dict]:  # noqa: ANN001
+def seeded_run(client) -> tuple[int, dict[str, int], dict, dict]:
     """A trainer at version 10; rollout workers w00..w10 like it (w07 stuck at version 4), w11
     with another processor and no version, w12 with no fingerprint."""
     run_id = new_run(client, "workers")["id"]
@@ -130,7 +130,7 @@ def test_strict_parameters_and_bodies(client):
     assert client.get(f"{API}/runs/999999/workers").status_code == 404
 
 
-def post_batch(client, run_id: int, steps: list[int], series: dict, component_id: int | None = None) -> None:  # noqa: ANN001
+def post_batch(client, run_id: int, steps: list[int], series: dict, component_id: int | None = None) -> None:
     body = {"client_id": uuid.uuid4().hex, "seq": 1, "steps": steps, "series": series}
     if component_id is not None:
         body["component_id"] = component_id

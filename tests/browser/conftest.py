@@ -100,7 +100,7 @@ def page_problems(page) -> dict:
     return page.evaluate("({csp: window.__csp, errors: window.__errors})")
 
 
-def pump_until(page, predicate, timeout_s: float = 20.0, what: str = "condition"):  # noqa: ANN001
+def pump_until(page, predicate, timeout_s: float = 20.0, what: str = "condition"):
     """Poll `predicate` while Playwright runs the page's events (route handlers run only inside a
     Playwright call, so a plain sleep would never let them)."""
     deadline = time.monotonic() + timeout_s

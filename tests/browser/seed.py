@@ -76,7 +76,7 @@ def processor_fingerprints(workdir: Path) -> tuple[dict, dict]:
     return fps[0], fps[1]
 
 
-def chatml_fingerprint(workdir: Path, template: str, name: str, **options) -> dict:  # noqa: ANN003
+def chatml_fingerprint(workdir: Path, template: str, name: str, **options) -> dict:
     """The fingerprint of the test suite's trained ChatML BPE tokenizer with `template` (`options`:
     those of build_chatml_tokenizer)."""
     from transformers import AutoTokenizer

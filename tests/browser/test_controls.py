@@ -25,7 +25,7 @@ def test_a_reload_answered_after_a_pause_does_not_undo_it(page, server):
 
     stale, later = [], []  # the first reload, answered by the server now (running) but held; every later one
 
-    def hold_reloads(route) -> None:  # noqa: ANN001
+    def hold_reloads(route) -> None:
         if route.request.method != "GET":
             route.continue_()
         elif not stale:

@@ -47,7 +47,7 @@ def test_the_runs_list_filters_by_state(page, server):
     options = state.locator("option").all_inner_texts()
     assert options == ["any state", "running", "paused", "stopping", "stopped", "finished", "crashed"]
     for wanted in ("finished", "crashed", "paused", "running"):
-        with page.expect_request(lambda r: f"state={wanted}" in r.url):  # filtered by the server
+        with page.expect_request(lambda r, wanted=wanted: f"state={wanted}" in r.url):  # filtered by the server
             state.select_option(wanted)
         expect(rows).to_have_count(1)
         expect(rows.first).to_have_attribute("data-run-name", names[wanted])

@@ -46,7 +46,7 @@ def runs(server, tmp_path_factory):
     }
 
 
-def _other_ids_without_pad(work):  # noqa: ANN001, ANN202
+def _other_ids_without_pad(work):
     """No pad token (an info difference) and one probe text encoded otherwise (an error no table
     explains: a patched runtime, say)."""
     fp = chatml_fingerprint(work, TRL_DEFAULT_TEMPLATE, "no-pad", pad_token=None)

@@ -213,7 +213,8 @@ def test_the_add_webhook_form_gives_each_field_its_room(browser, server):
         assert len(tops(form.locator("input[name=group_by]"))) == 1
         intervals = form.locator("input[name$=_s]")
         assert len(tops(intervals)) == 1  # the three intervals side by side, under "Group by"
-        assert min(b["y"] for b in (x.bounding_box() for x in intervals.all())) > form.locator("input[name=group_by]").first.bounding_box()["y"]
+        group_by_y = form.locator("input[name=group_by]").first.bounding_box()["y"]
+        assert min(b["y"] for b in (x.bounding_box() for x in intervals.all())) > group_by_y
         assert form.bounding_box()["height"] < 420, "the form spreads over the page"
     finally:
         wide.context.close()

@@ -14,7 +14,7 @@ from tests.browser.seed import Seeder
 pytestmark = pytest.mark.browser
 
 
-def open_delete_dialog(page, server, run):  # noqa: ANN001
+def open_delete_dialog(page, server, run):
     """Step 1. The sections above the button (settings, audit, workers) fill in after the page
     opens and move it: on a loaded machine that can happen between Playwright's position check
     and its click, which then lands beside the button (seen once in CI). Click again then (bounded)."""

@@ -57,7 +57,8 @@ def readme_setup_env() -> dict[str, str]:
     exports = [line for line in block.splitlines() if line.startswith("export ")]
     assert exports, "the README's compose snippet sets no variables"
     names = [line.split()[1].split("=", 1)[0] for line in exports]
-    script = "\n".join(exports) + "\n" + "python3 -c 'import json, os, sys; print(json.dumps({k: os.environ[k] for k in sys.argv[1:]}))' " + " ".join(names)
+    printer = "python3 -c 'import json, os, sys; print(json.dumps({k: os.environ[k] for k in sys.argv[1:]}))' "
+    script = "\n".join(exports) + "\n" + printer + " ".join(names)
     out = subprocess.run(["bash", "-euc", script], capture_output=True, text=True, check=True,
                          env={"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     return json.loads(out.stdout)
@@ -102,7 +103,8 @@ def test_the_tls_proxy_needs_its_domain_and_forwards_to_the_backend():
     tls = load("docker-compose.tls.yml")
     merged["services"].update(tls["services"])
     merged["volumes"].update(tls["volumes"])
-    assert required_variables(merged) == ["PARITYWATCH_BOOTSTRAP_TOKEN", "PARITYWATCH_DOMAIN", "PARITYWATCH_SECRET_KEYS", "POSTGRES_PASSWORD"]
+    assert required_variables(merged) == ["PARITYWATCH_BOOTSTRAP_TOKEN", "PARITYWATCH_DOMAIN", "PARITYWATCH_SECRET_KEYS",
+                                          "POSTGRES_PASSWORD"]
     env = {"POSTGRES_PASSWORD": "pw", "PARITYWATCH_BOOTSTRAP_TOKEN": "t" * 30, "PARITYWATCH_SECRET_KEYS": FERNET_KEY,
            "PARITYWATCH_DOMAIN": "pw.example.org"}
     services = rec_subs(merged, env)["services"]

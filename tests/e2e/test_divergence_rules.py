@@ -57,7 +57,7 @@ def records(rollout: np.ndarray) -> list[RolloutRecord]:
                           rollout_logprobs=row.tolist(), finish_reason="length") for row in rollout]
 
 
-def run_batches(srv, tmp_path, name: str, make_rollout, seed: int = 0) -> None:  # noqa: ANN001
+def run_batches(srv, tmp_path, name: str, make_rollout, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     with ParityMonitor(name, url=srv.url, spool_dir=tmp_path / name, audit_top_k=0) as monitor:
         for step in range(STEPS):
@@ -70,7 +70,7 @@ def run_batches(srv, tmp_path, name: str, make_rollout, seed: int = 0) -> None: 
 def test_a_corrupted_log_prob_transport_is_seen_by_pearson_and_a_healthy_twin_stays_quiet(live, tmp_path):
     srv, api = live
 
-    def corrupted(rng, trainer):  # noqa: ANN001, ANN202
+    def corrupted(rng, trainer):
         # the log-probs arrive assigned to the wrong positions: their mean is intact
         return np.stack([rng.permutation(row) for row in healthy_rollout(rng, trainer)])
 
@@ -86,7 +86,7 @@ def test_a_corrupted_log_prob_transport_is_seen_by_pearson_and_a_healthy_twin_st
 def test_a_correction_masking_a_large_share_of_tokens_alerts_and_a_healthy_twin_stays_quiet(live, tmp_path):
     srv, api = live
 
-    def half_shifted(rng, trainer):  # noqa: ANN001, ANN202
+    def half_shifted(rng, trainer):
         # a bug moves a third of the tokens' log-probs by ~1 nat: a mask at [0.5, 5] drops them
         rollout = healthy_rollout(rng, trainer)
         return rollout + np.where(rng.random(rollout.shape) < 0.3, rng.choice([-1.2, 1.2], rollout.shape), 0.0)
@@ -98,7 +98,7 @@ def test_a_correction_masking_a_large_share_of_tokens_alerts_and_a_healthy_twin_
     assert alerts_of(api, "mask-good") == []
 
 
-def log_k3(srv, tmp_path, name: str, values: np.ndarray, packs=None) -> None:  # noqa: ANN001
+def log_k3(srv, tmp_path, name: str, values: np.ndarray, packs=None) -> None:
     with ParityMonitor(name, url=srv.url, spool_dir=tmp_path / name, packs=packs) as monitor:
         for step, value in enumerate(values):
             monitor.log({"align/kl_k3": float(value)}, step=step)
@@ -150,7 +150,7 @@ def routed_experts():
     model = Qwen2MoeForCausalLM(config).eval()
     ids = torch.randint(0, 128, (4, 64))
 
-    def experts(m):  # noqa: ANN001, ANN202
+    def experts(m):
         with torch.no_grad():
             logits = m(input_ids=ids, output_router_logits=True).router_logits
         return torch.stack([torch.topk(layer.float(), 8, dim=-1).indices for layer in logits], dim=1).numpy()

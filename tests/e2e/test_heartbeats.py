@@ -35,7 +35,7 @@ def test_a_stop_nobody_acknowledges_completes_once_the_run_falls_silent(db_url):
         comp = api.post(f"/api/v1/runs/{rid}/components", json={"side": "trainer", "worker_id": "t0"}).json()
         assert api.post(f"/api/v1/runs/{rid}/control", json={"action": "stop", "reason": "enough"}).status_code == 200
 
-        def left_stopping_despite_a_heartbeat():  # noqa: ANN202  a live trainer heartbeats every 0.2 s
+        def left_stopping_despite_a_heartbeat():
             api.post(f"/api/v1/runs/{rid}/components/{comp['id']}/heartbeat")
             state = api.get(f"/api/v1/runs/{rid}/control").json()["state"]
             return state if state != "stopping" else None

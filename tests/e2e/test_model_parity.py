@@ -31,17 +31,17 @@ def tok(tmp_path_factory):
     return AutoTokenizer.from_pretrained(build_chatml_tokenizer(tmp_path_factory.mktemp("tok")))
 
 
-def with_lora(model):  # noqa: ANN001
+def with_lora(model):
     return peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
 
 
-def monitor(srv, side, tmp_path):  # noqa: ANN001
+def monitor(srv, side, tmp_path):
     return ParityMonitor(run="model", project="e2e", side=side, url=srv.url, worker_id=side,
                          spool_dir=tmp_path / f"spool-{side}", flush_interval_s=0.05, poll_timeout_s=5)
 
 
 @contextlib.contextmanager
-def live_run(db_url, tmp_path, tok, trainer_model, rollout_model):  # noqa: ANN001
+def live_run(db_url, tmp_path, tok, trainer_model, rollout_model):
     from transformers import TrainerControl, TrainerState
     from trl import GRPOConfig
 
@@ -64,7 +64,7 @@ def live_run(db_url, tmp_path, tok, trainer_model, rollout_model):  # noqa: ANN0
             rollout.close()
 
 
-def trainer_posted_model(api, run_id):  # noqa: ANN001
+def trainer_posted_model(api, run_id):
     def complete():
         trainer = api.get(f"/api/v1/runs/{run_id}/parity").json()["trainer"]
         body = api.get(f"/api/v1/fingerprints/{trainer['digest']}").json() if trainer and trainer["digest"] else {}
@@ -72,7 +72,7 @@ def trainer_posted_model(api, run_id):  # noqa: ANN001
     wait_for(complete, timeout_s=60)
 
 
-def open_alerts(api, run_id):  # noqa: ANN001
+def open_alerts(api, run_id):
     return [a for a in api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"] if a["status"] != "resolved"]
 
 

@@ -15,18 +15,18 @@ def api(db_url):
         yield c
 
 
-def post_steps(api, run_id, seq, steps, **series):  # noqa: ANN001
+def post_steps(api, run_id, seq, steps, **series):
     """One batch of several steps; `align__kl_k3=[...]` posts key `align/kl_k3`."""
     r = api.post(f"/api/v1/runs/{run_id}/metrics",
                  json={"client_id": "c", "seq": seq, "steps": steps, "series": {k.replace("__", "/"): v for k, v in series.items()}})
     assert r.status_code == 200, r.text
 
 
-def post(api, run_id, seq, step, **series):  # noqa: ANN001
+def post(api, run_id, seq, step, **series):
     post_steps(api, run_id, seq, [step], **{k: [v] for k, v in series.items()})
 
 
-def open_alerts(api, run_id):  # noqa: ANN001
+def open_alerts(api, run_id):
     return api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "open"}).json()["alerts"]
 
 

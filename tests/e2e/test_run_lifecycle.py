@@ -22,7 +22,7 @@ SETTINGS = dict(heartbeat_timeout_s=TIMEOUT_S, heartbeat_check_interval_s=0.25, 
 
 
 class Process:
-    def __init__(self, url: str, run: str, side: str, worker_id: str, spool) -> None:  # noqa: ANN001
+    def __init__(self, url: str, run: str, side: str, worker_id: str, spool) -> None:
         self.worker_id = worker_id
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.e2e.lifecycle_process", url, run, side, worker_id, str(spool / worker_id)],
@@ -42,7 +42,7 @@ class Process:
         return line.strip()
 
 
-def start_run(srv, name: str, tmp_path) -> tuple[Process, list[Process]]:  # noqa: ANN001
+def start_run(srv, name: str, tmp_path) -> tuple[Process, list[Process]]:
     trainer = Process(srv.url, name, "trainer", "trainer-0", tmp_path)
     rollouts = [Process(srv.url, name, "rollout", f"rollout-{i:02d}", tmp_path) for i in range(ROLLOUTS)]
     for p in [trainer, *rollouts]:
@@ -55,7 +55,7 @@ def run_of(api: httpx.Client, name: str) -> dict:
     return run
 
 
-def swept_past(srv, since: float) -> None:  # noqa: ANN001
+def swept_past(srv, since: float) -> None:
     """Wait (by polling, not sleeping) until two sweeps ran after the heartbeat timeout from `since`."""
     wait_for(lambda: time.monotonic() > since + TIMEOUT_S, timeout_s=TIMEOUT_S + 5)
     wait_for_sweeps(srv, 2, timeout_s=10)

@@ -56,12 +56,12 @@ def model_and_tokenizer(model_dir):
     return AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
 
 
-def monitor(srv, side, worker_id, tmp_path):  # noqa: ANN001
+def monitor(srv, side, worker_id, tmp_path):
     return ParityMonitor(run="sampling", project="e2e", side=side, url=srv.url, worker_id=worker_id,
                          spool_dir=tmp_path / f"spool-{side}-{worker_id}", flush_interval_s=0.05, poll_timeout_s=5)
 
 
-def start_trainer(srv, tmp_path, model, tok, temperature):  # noqa: ANN001
+def start_trainer(srv, tmp_path, model, tok, temperature):
     """The TRL trainer side as a GRPOTrainer starts it: the callback's on_train_begin."""
     from transformers import TrainerControl, TrainerState
     from trl import GRPOConfig
@@ -73,7 +73,7 @@ def start_trainer(srv, tmp_path, model, tok, temperature):  # noqa: ANN001
     return trainer
 
 
-def sample(model, tok, **generate_kwargs):  # noqa: ANN001
+def sample(model, tok, **generate_kwargs):
     """One real sampled completion from the tiny model (the rollout's work)."""
     import torch
 
@@ -83,7 +83,7 @@ def sample(model, tok, **generate_kwargs):  # noqa: ANN001
     assert out.shape[1] > ids["input_ids"].shape[1]
 
 
-def delivered(*monitors, registrations=()):  # noqa: ANN001, ANN002
+def delivered(*monitors, registrations=()):
     """Fingerprints computed and posted; the backend evaluates parity inside each post."""
     for future in registrations:
         future.result(timeout=60)
@@ -91,7 +91,7 @@ def delivered(*monitors, registrations=()):  # noqa: ANN001, ANN002
         assert m.flush(timeout=60)
 
 
-def trainer_reported(api, run_id):  # noqa: ANN001
+def trainer_reported(api, run_id):
     """The callback fingerprints on a background thread: wait until the backend holds the trainer's
     processor fingerprint with its sampling assumption merged in (the last thing it posts)."""
     def complete():
@@ -101,17 +101,17 @@ def trainer_reported(api, run_id):  # noqa: ANN001
     wait_for(complete, timeout_s=60)
 
 
-def alerts(api, run_id):  # noqa: ANN001
+def alerts(api, run_id):
     return [a for a in api.get(f"/api/v1/runs/{run_id}/alerts").json()["alerts"] if a["status"] != "resolved"]
 
 
-def run_id_of(api):  # noqa: ANN001
+def run_id_of(api):
     return wait_for(lambda: next((r["id"] for r in api.get("/api/v1/runs").json()["runs"] if r["name"] == "sampling"),
                                  None), timeout_s=30)
 
 
 @contextlib.contextmanager
-def live_run(db_url, tmp_path, model, tok, *workers):  # noqa: ANN001, ANN002
+def live_run(db_url, tmp_path, model, tok, *workers):
     """A real backend, the TRL trainer side at temperature 1.0, and one rollout monitor per worker
     id that has registered the same processor: yields (api, rollouts, registration futures)."""
     with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
@@ -124,7 +124,7 @@ def live_run(db_url, tmp_path, model, tok, *workers):  # noqa: ANN001, ANN002
                 m.close()
 
 
-def sampling_row(diff):  # noqa: ANN001
+def sampling_row(diff):
     return next((c for c in diff["components"] if c["name"] == "sampling_params"), None)
 
 

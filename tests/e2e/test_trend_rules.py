@@ -28,7 +28,7 @@ def worker_series(rng: np.random.Generator, worker: str, steps: int) -> np.ndarr
     return values
 
 
-def post_all(api, run_id: int, series: dict[str, np.ndarray], batch: int = 10) -> None:  # noqa: ANN001
+def post_all(api, run_id: int, series: dict[str, np.ndarray], batch: int = 10) -> None:
     steps = len(next(iter(series.values())))
     for seq, start in enumerate(range(0, steps, batch), start=1):
         body = {"client_id": "trend", "seq": seq, "steps": list(range(start + 1, start + batch + 1)),

@@ -29,13 +29,13 @@ def model_dir(tmp_path_factory):
     return build_chatml_tokenizer(tmp_path_factory.mktemp("model"))
 
 
-def user_processor(model_dir):  # noqa: ANN001
+def user_processor(model_dir):
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.chat_template = CUSTOM_TEMPLATE  # the user's processing_class, set after loading
     return tok
 
 
-def monitor(srv, side, worker_id, tmp_path):  # noqa: ANN001
+def monitor(srv, side, worker_id, tmp_path):
     return ParityMonitor(run="async-grpo", project="e2e", side=side, url=srv.url, worker_id=worker_id,
                          spool_dir=tmp_path / f"spool-{side}-{worker_id}", flush_interval_s=0.05,
                          poll_timeout_s=5)

@@ -96,12 +96,12 @@ class Cell:
         return self.trainer_template is None
 
 
-def chatml(template_name: str, **options) -> Callable[[Path], Path]:  # noqa: ANN003
+def chatml(template_name: str, **options) -> Callable[[Path], Path]:
     return lambda tmp: builders.build_chatml_tokenizer(tmp, chat_template=trl_template(template_name),
                                                        generation_config=QWEN_GENERATION, **options)
 
 
-def llama3(template_name: str, **options) -> Callable[[Path], Path]:  # noqa: ANN003
+def llama3(template_name: str, **options) -> Callable[[Path], Path]:
     return lambda tmp: builders.build_llama3_tokenizer(tmp, trl_template(template_name), **options)
 
 
@@ -165,12 +165,12 @@ def model_folder(cell: Cell, tmp_path: Path) -> Path:
     return folder
 
 
-def monitor_kwargs(srv, cell: Cell, tmp_path: Path, worker_id: str) -> dict:  # noqa: ANN001
+def monitor_kwargs(srv, cell: Cell, tmp_path: Path, worker_id: str) -> dict:
     return dict(run=cell.name, project=PROJECT, url=srv.url, worker_id=worker_id, spool_dir=tmp_path / f"spool-{worker_id}",
                 flush_interval_s=0.05, poll_timeout_s=5)
 
 
-def start_rollout(srv, cell: Cell, folder: Path, args, tmp_path: Path):  # noqa: ANN001
+def start_rollout(srv, cell: Cell, folder: Path, args, tmp_path: Path):
     """The rollout as TRL's vLLM generation builds it: vLLM's processor and generation config from the
     folder, sampling with the values GRPOTrainer sends and processed log-probs."""
     from transformers import GenerationConfig
@@ -187,7 +187,7 @@ def start_rollout(srv, cell: Cell, folder: Path, args, tmp_path: Path):  # noqa:
     return monitor
 
 
-def grpo_trainer(srv, cell: Cell, folder: Path, tmp_path: Path, max_steps: int):  # noqa: ANN001
+def grpo_trainer(srv, cell: Cell, folder: Path, tmp_path: Path, max_steps: int):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -207,20 +207,20 @@ def grpo_trainer(srv, cell: Cell, folder: Path, tmp_path: Path, max_steps: int):
     return trainer, callback
 
 
-def digit_reward(completions, **_kwargs) -> list[float]:  # noqa: ANN001
+def digit_reward(completions, **_kwargs) -> list[float]:
     return [float(sum(ch.isdigit() for ch in (c if isinstance(c, str) else c[-1]["content"]))) for c in completions]
 
 
-def run_of(api, cell: Cell) -> dict | None:  # noqa: ANN001
+def run_of(api, cell: Cell) -> dict | None:
     runs = api.get("/api/v1/runs", params={"project": PROJECT, "limit": 100}).json()["runs"]
     return next((r for r in runs if r["name"] == cell.name), None)
 
 
-def run_state(api, run_id: int) -> str:  # noqa: ANN001
+def run_state(api, run_id: int) -> str:
     return api.get(f"/api/v1/runs/{run_id}/control").json()["state"]
 
 
-def verdict_of(api, run_id: int) -> dict:  # noqa: ANN001
+def verdict_of(api, run_id: int) -> dict:
     (group,) = api.get(f"/api/v1/runs/{run_id}/parity").json()["groups"]
     return group
 
@@ -235,7 +235,7 @@ def report(cell: Cell, expected: str, group: dict, state: str, alerts: list) -> 
 class Training:
     """``trainer.train()`` on a thread; ``stop(api)`` releases a trainer held by a pause."""
 
-    def __init__(self, trainer):  # noqa: ANN001
+    def __init__(self, trainer):
         import threading
 
         self.thread = threading.Thread(target=trainer.train, daemon=True)
@@ -245,13 +245,13 @@ class Training:
     def alive(self) -> bool:
         return self.thread.is_alive()
 
-    def stop(self, api, run: dict | None) -> None:  # noqa: ANN001
+    def stop(self, api, run: dict | None) -> None:
         if self.alive and run is not None:  # never leave a trainer blocked behind a failed assertion
             api.post(f"/api/v1/runs/{run['id']}/control", json={"action": "stop", "reason": "test over"})
         self.thread.join(timeout=120)
 
 
-def open_mismatches(api, run_id: int) -> list:  # noqa: ANN001
+def open_mismatches(api, run_id: int) -> list:
     alerts = api.get(f"/api/v1/runs/{run_id}/alerts", params={"status": "open"}).json()["alerts"]
     return [a for a in alerts if a["kind"] == "processor_mismatch"]
 

@@ -40,7 +40,7 @@ class RolloutProcess:
     def _next(self) -> str:
         return self.lines.get(timeout=180)  # imports torch and transformers: slow on a loaded machine
 
-    def load(self, path, version: int, perturb: str | None = None) -> None:  # noqa: ANN001
+    def load(self, path, version: int, perturb: str | None = None) -> None:
         self.proc.stdin.write(f"load {path} {version} {perturb or ''}\n")
         self.proc.stdin.flush()
         assert self._next() == f"attested {version} True"
@@ -75,7 +75,7 @@ def test_weight_sync_attestation_between_a_trainer_and_two_rollout_processes(sta
     api, rx, trainer, (w1, w2) = stack
     model = tiny_qwen2(seed=0)
 
-    def publish(version: int):  # noqa: ANN202
+    def publish(version: int):
         """A training step changed the weights; the trainer attests them, then "sends" them."""
         with torch.no_grad():
             for p in model.parameters():

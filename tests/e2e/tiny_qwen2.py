@@ -3,7 +3,7 @@ attestation tests sync."""
 from __future__ import annotations
 
 
-def tiny_qwen2(seed: int = 0):  # noqa: ANN201
+def tiny_qwen2(seed: int = 0):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

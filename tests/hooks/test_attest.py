@@ -13,7 +13,7 @@ from trainer_hooks.attest import AttestOptions, WeightsDigest, digest_weights, s
 from trainer_hooks.monitor import ParityMonitor
 
 
-def digests(weights, version: int = 1, **opts) -> dict[str, str]:  # noqa: ANN001
+def digests(weights, version: int = 1, **opts) -> dict[str, str]:
     return {e["name"]: e["digest"] for e in digest_weights(weights, version, AttestOptions(**opts))["tensors"]}
 
 

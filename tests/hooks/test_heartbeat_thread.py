@@ -19,7 +19,7 @@ def test_a_delivery_the_server_holds_does_not_silence_the_heartbeats(tmp_path) -
         store = srv.app.state.metrics
         ingest = store.ingest_batch_async
 
-        async def held_ingest(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        async def held_ingest(*args, **kwargs):
             held.set()
             await asyncio.get_running_loop().run_in_executor(None, release.wait, HOLD_S)
             return await ingest(*args, **kwargs)

@@ -124,7 +124,7 @@ def test_a_restart_with_the_same_wrong_token_keeps_the_leftovers_for_the_fix(tok
                            worker_id=f"trainer-{attempt}") as wrong:
             for step in range(10):
                 wrong.log({"loss": float(step)}, 10 * attempt + step)
-            wait_for(lambda: wrong.stats()["spool_waiting_batches"] >= 1)  # noqa: B023
+            wait_for(lambda: wrong.stats()["spool_waiting_batches"] >= 1)
         assert wrong.stats()["dropped_points"] == 0
     with ParityMonitor("kept", url=token_backend.url, token=token_backend.admin, spool_dir=spool_dir,
                        worker_id="trainer-2") as fixed:

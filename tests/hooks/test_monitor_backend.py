@@ -59,11 +59,11 @@ def test_done_when_backend_down_10s_during_5000_logs(own_backend: Backend, spool
     builtins: Counter = Counter()
     executed = 0
 
-    def record_builtin_calls(frame, event, arg) -> None:  # noqa: ANN001
+    def record_builtin_calls(frame, event, arg) -> None:
         if event == "c_call" and arg is not sys.setprofile:
             builtins[arg.__qualname__] += 1
 
-    def count_bytecodes(frame, event, arg):  # noqa: ANN001, ANN202
+    def count_bytecodes(frame, event, arg):
         nonlocal executed
         frame.f_trace_opcodes = True
         if event == "opcode":

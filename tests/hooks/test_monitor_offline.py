@@ -180,7 +180,7 @@ def test_a_failure_releases_a_first_step_already_waiting_out_the_grace():
     outcome: list[bool] = []
     waiter = threading.Thread(target=lambda: outcome.append(state.wait_if_paused()), daemon=True)
     waiter.start()
-    wait_for(lambda: state._cond._waiters, what="the first step waiting")  # noqa: SLF001 (CPython's Condition)
+    wait_for(lambda: state._cond._waiters, what="the first step waiting")
     state.set_reachable(False)  # the poller's first request was refused
     waiter.join(10.0)
     assert outcome == [True]

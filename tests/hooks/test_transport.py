@@ -78,7 +78,7 @@ class ScriptedServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 outer.requests.append(self.path)
                 status, headers, body = outer.script.pop(0) if outer.script else (200, {}, {"ok": True})
@@ -110,7 +110,8 @@ def scripted() -> Iterator[callable]:
         server = ScriptedServer(script)
         servers.append(server)
         outcomes: list = []
-        return server, Transport(TransportConfig(url=server.url, **config), observer=lambda error, purpose: outcomes.append(error)), outcomes
+        transport = Transport(TransportConfig(url=server.url, **config), observer=lambda error, purpose: outcomes.append(error))
+        return server, transport, outcomes
 
     yield make
     for server in servers:

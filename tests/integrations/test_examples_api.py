@@ -53,7 +53,7 @@ def cpu_only_trl(monkeypatch):
 
     real_init = AsyncGRPOConfig.__init__
 
-    def cpu_config(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def cpu_config(self, *args, **kwargs):
         kwargs.setdefault("use_cpu", True)
         kwargs.setdefault("bf16", False)
         real_init(self, *args, **kwargs)
@@ -65,7 +65,7 @@ def cpu_only_trl(monkeypatch):
     monkeypatch.setattr(async_rollout_worker, "is_aiohttp_available", lambda: True)
     trained: list = []
 
-    def record_train(self):  # noqa: ANN001, ANN202
+    def record_train(self):
         # what the rollout worker looks like when training starts (it spawns its child then) ...
         trained.append((self, self.rollout_worker._loop_cls, dict(self.rollout_worker._loop_kwargs)))
         # ... and our callback's train-begin and train-end events, with what Trainer passes them
@@ -96,7 +96,7 @@ def test_the_example_builds_an_instrumented_async_grpo_trainer(cpu_only_trl, tin
         monkeypatch.setenv("PARITYWATCH_SPOOL_DIR", str(tmp_path / "spool"))
         namespace = runpy.run_path(str(EXAMPLE), run_name="__main__")
 
-        def trainer_registered():  # noqa: ANN202
+        def trainer_registered():
             for r in httpx.get(f"{srv.url}/api/v1/runs").json()["runs"]:
                 sides = [c for c in r["components"] if c["side"] == "trainer" and c["fingerprint_digest"]]
                 if r["name"] == "example-run" and sides:

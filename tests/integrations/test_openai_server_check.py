@@ -25,14 +25,14 @@ class TokenizeServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path == "/version":
                     return self._send(200, {"version": "0.0-standin"})
                 if self.path == "/v1/models":
                     return self._send(200, {"data": [{"id": "standin", "max_model_len": 512}]})
                 self._send(404, {"detail": "Not Found"})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path == "/tokenize":
                     return self._send(*outer.tokenize(body))

@@ -32,7 +32,7 @@ class RecordingEngine:
         pass
 
 
-def colocated_generation(model):  # noqa: ANN001, ANN201
+def colocated_generation(model):
     from accelerate import Accelerator
     from trl.generation.vllm_generation import VLLMGeneration
 

@@ -23,7 +23,7 @@ class CaptureAll(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self.lines.append(self.format(record))
-        except Exception:  # noqa: BLE001 - a record that cannot format is still captured raw
+        except Exception:
             self.lines.append(repr(record.__dict__))
 
     @property

@@ -26,7 +26,7 @@ ERROR_CODES = {"bad_request", "validation_error", "payload_too_large", "not_foun
 
 
 # ---------------------------------------------------------------- schemathesis, every operation
-def _fuzz_app():  # noqa: ANN202
+def _fuzz_app():
     """The ASGI app on its own SQLite file, closed with an admin token, run 1 seeded.
 
     Built at import: schemathesis needs the schema to parametrize (its fixture loader does not
@@ -56,7 +56,7 @@ schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", FUZZ_APP).exclud
 
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_schemathesis_no_500_and_responses_match_the_schema(case) -> None:  # noqa: ANN001
+def test_schemathesis_no_500_and_responses_match_the_schema(case) -> None:
     # The checks that mean "no 500, no response that breaks the schema", declared status codes
     # and a correct Allow header on 405. Left out: positive/negative data acceptance (ids over
     # 2**63 are refused though the schema allows any integer; the database cannot hold them).
@@ -143,14 +143,14 @@ def test_nan_and_infinity_are_skipped_and_counted(api: TestClient) -> None:
 
 # (pydantic's lax mode takes "1" and true as the step 1: lenient, not a failure; reported.)
 @pytest.mark.parametrize("steps", [[2**53 + 1], [-1], [10**30], [1.5], ["x"], [None]])
-def test_bad_steps_are_422_and_nothing_is_written(api: TestClient, steps) -> None:  # noqa: ANN001
+def test_bad_steps_are_422_and_nothing_is_written(api: TestClient, steps) -> None:
     run_id = new_run(api)
     body = {"client_id": "steps", "seq": 0, "steps": [0, *steps], "series": {"v": [1.0] * (len(steps) + 1)}}
     assert_clear_4xx(api.post(f"/api/v1/runs/{run_id}/metrics", json=body), 422)
     assert metric_counts(api, run_id) == {}
 
 
-def test_largest_step_is_accepted(api: TestClient, monkeypatch) -> None:  # noqa: ANN001
+def test_largest_step_is_accepted(api: TestClient, monkeypatch) -> None:
     # 2**53 is 2**30 steps past nothing: allowed once the step bound is lifted (PARITYWATCH_MAX_STEP_AHEAD)
     monkeypatch.setattr(api.app.state.metrics, "max_step_ahead", 2**53)
     run_id = new_run(api)

@@ -16,16 +16,16 @@ from paritywatch.backend.settings import Settings
 from tests.support.live import RawHttp, ThreadServer
 
 
-def locked(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN201
+def locked(*_args, **_kwargs):
     raise OperationalError("UPDATE components ...", {}, sqlite3.OperationalError("database is locked"))
 
 
-def break_caller_lookup(srv: ThreadServer, monkeypatch) -> None:  # noqa: ANN001
+def break_caller_lookup(srv: ThreadServer, monkeypatch) -> None:
     monkeypatch.setattr(srv.app.state.open_mode, "cached", lambda: None)
     monkeypatch.setattr(srv.app.state.open_mode, "is_open", locked)
 
 
-def break_heartbeat_route(srv: ThreadServer, monkeypatch) -> None:  # noqa: ANN001, ARG001
+def break_heartbeat_route(srv: ThreadServer, monkeypatch) -> None:
     monkeypatch.setattr(run_state, "heartbeat", locked)
 
 

@@ -35,7 +35,7 @@ def log_steps(monitors: list[ParityMonitor], steps: int, pause_s: float) -> None
         time.sleep(pause_s)
 
 
-def test_backend_sigkilled_mid_run_loses_and_doubles_nothing(db_url, tmp_path) -> None:  # noqa: ANN001
+def test_backend_sigkilled_mid_run_loses_and_doubles_nothing(db_url, tmp_path) -> None:
     server = ProcessServer(db_url).start()
     try:
         monitors = [ParityMonitor("kill", side="rollout" if i else "trainer", url=server.url, worker_id=f"w{i}",
@@ -78,14 +78,14 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 self.rfile.read(int(self.headers.get("content-length", 0)))
                 receiver.ids.append(self.headers["webhook-id"])
                 self.send_response(200)
                 self.send_header("content-length", "0")
                 self.end_headers()
 
-            def log_message(self, *args):  # noqa: ANN002
+            def log_message(self, *args):
                 pass
 
         ThreadingHTTPServer.allow_reuse_address = True
@@ -99,7 +99,7 @@ class Receiver:
             self.server = None
 
 
-def test_webhook_receiver_down_for_a_while(db_url) -> None:  # noqa: ANN001
+def test_webhook_receiver_down_for_a_while(db_url) -> None:
     """Deliveries queued while the receiver refuses connections are retried with backoff and each
     arrives exactly once when it comes back."""
     receiver = Receiver()
@@ -108,7 +108,7 @@ def test_webhook_receiver_down_for_a_while(db_url) -> None:  # noqa: ANN001
         hook = api.post("/webhooks", json={"url": receiver.url}).json()
         queued = [api.post(f"/webhooks/{hook['id']}/test").json()["delivery_id"] for _ in range(10)]
 
-        def all_refused_twice():  # noqa: ANN202  down: every attempt is refused, and retried
+        def all_refused_twice():
             rows = api.get(f"/webhooks/{hook['id']}/deliveries").json()["deliveries"]
             return len(rows) == 10 and all(d["attempts"] >= 2 for d in rows) and rows
 
@@ -128,7 +128,7 @@ def test_webhook_receiver_down_for_a_while(db_url) -> None:  # noqa: ANN001
 
 
 @pytest.fixture
-def private_postgres():  # noqa: ANN201
+def private_postgres():
     """A PostgreSQL server of this test's own, migrated: restarting it leaves other tests alone."""
     from tests.conftest import PG_ADMIN_URL
 
@@ -143,7 +143,7 @@ def private_postgres():  # noqa: ANN201
 
 
 @pytest.mark.postgres
-def test_postgres_restart_backend_recovers_by_itself(private_postgres, tmp_path) -> None:  # noqa: ANN001
+def test_postgres_restart_backend_recovers_by_itself(private_postgres, tmp_path) -> None:
     postgresql_url = private_postgres.url
     receiver = Receiver()
     receiver.up()

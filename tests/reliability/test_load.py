@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench():  # noqa: ANN202
+def _bench():
     spec = importlib.util.spec_from_file_location("bench_load", ROOT / "bench" / "load.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["bench_load"] = module  # dataclasses look their module up
@@ -22,7 +22,7 @@ def _bench():  # noqa: ANN202
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def test_64_workers_and_a_trainer_lose_and_double_nothing(kind: str, request, tmp_path) -> None:  # noqa: ANN001
+def test_64_workers_and_a_trainer_lose_and_double_nothing(kind: str, request, tmp_path) -> None:
     load = _bench()
     from _common import paritywatch_server
 

@@ -96,11 +96,11 @@ RULE = {"key": "loss", "comparison": ">", "threshold": 10.0}
 SILENCE = {"project": "sec", "duration_s": 60, "reason": "sec"}
 
 
-def _routes(app) -> set[tuple[str, str]]:  # noqa: ANN001
+def _routes(app) -> set[tuple[str, str]]:
     """Every (method, path) the app answers, walking into included routers (FastAPI nests them)."""
     out: set[tuple[str, str]] = set()
 
-    def walk(routes, prefix: str) -> None:  # noqa: ANN001
+    def walk(routes, prefix: str) -> None:
         for route in routes:
             if isinstance(route, Route) and route.path == "/api/{rest:path}":
                 continue  # the 404/405 fallback for unknown API paths: no endpoint of its own
@@ -148,7 +148,7 @@ def _allowed(rule: str, scope: str | None) -> bool:
 class Fixtures:
     """Makes the objects a call needs, fresh for every call (some calls consume them)."""
 
-    def __init__(self, server, admin: str):  # noqa: ANN001
+    def __init__(self, server, admin: str):
         self.server = server
         self.api = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {admin}"},
                                 timeout=10)
@@ -237,7 +237,7 @@ def _attestation() -> dict:
     return digest_weights({"w": np.ones((2, 2), dtype=np.float32)}, 1)
 
 
-def _call(server, method: str, url: str, body, token: str | None) -> httpx.Response:  # noqa: ANN001
+def _call(server, method: str, url: str, body, token: str | None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     full = url if url.startswith("http") else server.url + url
     with httpx.stream(method, full, json=body, headers=headers, timeout=10) as r:

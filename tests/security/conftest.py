@@ -65,7 +65,7 @@ def network(monkeypatch) -> Network:
     real_getaddrinfo = socket.getaddrinfo
     real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
 
-    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):  # noqa: ANN001, A002
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
         name = host.decode() if isinstance(host, bytes) else host
         if name is None or _is_ip(name.strip("[]")):
             return real_getaddrinfo(host, port, family, type, proto, flags)
@@ -76,8 +76,8 @@ def network(monkeypatch) -> Network:
             out.append((fam, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", sockaddr))
         return out
 
-    def guarded(real):  # noqa: ANN001, ANN202
-        def connect(sock, address):  # noqa: ANN001
+    def guarded(real):
+        def connect(sock, address):
             if sock.family in (socket.AF_INET, socket.AF_INET6) and not ipaddress.ip_address(
                     address[0].split("%")[0]).is_loopback:
                 net.blocked.append(address)

@@ -9,7 +9,7 @@ from paritywatch.backend.settings import Settings
 from tests.reliability.test_security import ACCESS
 
 
-def _app(sqlite_db):  # noqa: ANN001, ANN202
+def _app(sqlite_db):
     return create_app(Settings(database_url=sqlite_db, run_background_workers=False), upgrade_schema=False)
 
 

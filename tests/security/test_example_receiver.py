@@ -22,7 +22,7 @@ SECRET = signing.new_secret()
 class Receiver:
     """The example, as a user runs it: its own process, printing to stdout."""
 
-    def __init__(self, state, port: int):  # noqa: ANN001
+    def __init__(self, state, port: int):
         self.state, self.port = state, port
         self.url = f"http://127.0.0.1:{port}/"
 

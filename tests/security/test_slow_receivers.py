@@ -28,7 +28,7 @@ class SlowReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 self.rfile.read(int(self.headers.get("content-length", 0)))
                 receiver.ids.append(self.headers["webhook-id"])
                 receiver.released.wait(delay_s)  # the receiver's behaviour under test, not a sync
@@ -83,7 +83,7 @@ def test_a_trickling_receiver_does_not_stall_other_deliveries(sqlite_db):
     """One receiver sends its answer a byte at a time (each byte resets a per-read timeout);
     another answers at once. The first is cut at the wall-clock deadline; the second is delivered
     long before that."""
-    def trickle(conn, path):  # noqa: ANN001, ANN202
+    def trickle(conn, path):
         conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100000\r\n\r\n" if path == "/body"
                      else b"HTTP/1.1 2")
         while not srv.stopping.wait(0.1):  # one byte every 0.1 s, forever

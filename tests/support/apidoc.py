@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 PREFIX = "/api/v1"
@@ -27,7 +26,7 @@ _ENTRY = re.compile(r"^\s*[-*] `(GET|POST|PUT|PATCH|DELETE) ")
 _DEFINITION = re.compile(r"^[ \t]*(?:[-*][ \t]+)?`([A-Za-z][A-Za-z0-9]*)`:[ \t]*`([^`]*)`", re.M)
 _SPAN = re.compile(r"```[a-z]*\n(.*?)```|`([^`]*)`", re.S)
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:|]|[^\s{}\[\],:|"]+')
-OPEN_MARKS = {"…", "...", "..."}
+OPEN_MARKS = {"…", "..."}
 
 
 # ------------------------------------------------------------------ the doc

@@ -52,7 +52,7 @@ def wait_healthy(url: str, timeout_s: float = 30.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"backend at {url} did not become healthy")
 
 
-def local_client(app, **kwargs) -> TestClient:  # noqa: ANN001
+def local_client(app, **kwargs) -> TestClient:
     """A TestClient that looks like a caller on this machine (loopback peer and Host), as open
     mode requires; Starlette's default ("testclient" at "testserver") is not one."""
     return TestClient(app, base_url="http://127.0.0.1:8321", client=("127.0.0.1", 50000), **kwargs)
@@ -63,7 +63,7 @@ class _LoopExposingServer(uvicorn.Server):
 
     loop: asyncio.AbstractEventLoop | None = None
 
-    async def serve(self, sockets=None) -> None:  # noqa: ANN001
+    async def serve(self, sockets=None) -> None:
         self.loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
@@ -216,7 +216,7 @@ class WebhookReceiver:
         self._arrived = threading.Condition()
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 status = receiver.script.pop(0) if receiver.script else 200
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -259,7 +259,7 @@ def settled_deliveries(server_url: str, hook_id: int, expected: int, timeout_s: 
 
     From then on a receiver's record is final: a delivery is marked delivered (or failed) only after
     its last attempt was answered, so nothing more arrives for it; no sleep to wait for stragglers."""
-    def settled():  # noqa: ANN202
+    def settled():
         rows = httpx.get(f"{server_url}/api/v1/webhooks/{hook_id}/deliveries", params={"limit": expected},
                          timeout=10).json()["deliveries"]
         return rows if len(rows) == expected and all(d["status"] != "pending" for d in rows) else None
@@ -267,7 +267,7 @@ def settled_deliveries(server_url: str, hook_id: int, expected: int, timeout_s: 
     return wait_for(settled, timeout_s, interval_s=0.05)
 
 
-def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02, what: str = "condition"):  # noqa: ANN001
+def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02, what: str = "condition"):
     """Poll `predicate` until it returns something truthy (returned); TimeoutError at the deadline."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -285,7 +285,7 @@ def wait_for_sweeps(srv: "ThreadServer", count: int, timeout_s: float = 30.0) ->
     wait_for(lambda: engine.sweeps >= start + count, timeout_s=timeout_s, what=f"{count} heartbeat sweeps")
 
 
-def first_within(predicate, window_s: float, interval_s: float = 0.05):  # noqa: ANN001
+def first_within(predicate, window_s: float, interval_s: float = 0.05):
     """For "X must not happen while ...": poll `predicate` (X happened) through `window_s` and
     return its first truthy value at once (the test fails fast), or None if X never happened."""
     deadline = time.monotonic() + window_s

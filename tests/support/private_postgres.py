@@ -8,7 +8,6 @@ the `postgres` system user, which must own the folder.
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 import tempfile

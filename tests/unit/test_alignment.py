@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, build_chatml_tokenizer
 from trainer_hooks.alignment import RolloutRecord, compute_alignment_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-
-from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, build_chatml_tokenizer
 
 # Same vocab, another role separator: ": " instead of "\n".
 OTHER_TEMPLATE = (
@@ -163,7 +162,7 @@ def test_pearson_sees_a_corrupted_log_prob_transport_that_k1_misses(backend):
     healthy = trainer + rng.normal(0, 0.02, trainer.shape)
     corrupted = np.stack([rng.permutation(row) for row in healthy])
 
-    def metrics(rollout):  # noqa: ANN202
+    def metrics(rollout):
         records = [RolloutRecord(prompt_ids=[1], completion_ids=list(range(64)), rollout_logprobs=row.tolist())
                    for row in rollout]
         return compute_alignment_metrics(records, trainer_logprobs=trainer, backend=backend)
@@ -207,7 +206,7 @@ def test_a_temperature_mismatch_shows_in_the_ess_and_the_tokens_a_mask_would_dro
     rng = np.random.default_rng(1)
     logits = rng.normal(0, 1, size=(32, 48, 200))
 
-    def log_softmax(x):  # noqa: ANN202
+    def log_softmax(x):
         x = x - x.max(axis=-1, keepdims=True)
         return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 

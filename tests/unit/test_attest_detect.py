@@ -21,7 +21,7 @@ def att(side: str, version: int, digest: str = "d", *, cid: int = 1, at_s: float
                     backwards_from, T0 + timedelta(seconds=at_s))
 
 
-def kinds(trainers, worker, now_s: float = 0) -> list[str]:  # noqa: ANN001
+def kinds(trainers, worker, now_s: float = 0) -> list[str]:
     return [f.kind for f in check_worker(trainers, worker, T0 + timedelta(seconds=now_s), POLICY)]
 
 
@@ -46,7 +46,7 @@ def test_the_lowest_trainer_rank_and_its_latest_attestation_is_the_reference():
     ([1, 2], 1, 301, True),     # one behind, past the grace
     ([1, 2], 2, 10_000, False),  # up to date, however late
 ])
-def test_staleness(trainer_versions, worker_version, now_s, stale):  # noqa: ANN001
+def test_staleness(trainer_versions, worker_version, now_s, stale):
     trainers = [att("trainer", v) for v in trainer_versions]
     worker = att("rollout", worker_version, cid=9)
     assert ("weights_stale" in kinds(trainers, worker, now_s)) is stale

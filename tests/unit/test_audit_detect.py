@@ -11,11 +11,11 @@ from paritywatch.backend.detect.audits import CAUSES, detail_of, example_of, fin
 NONE = {cause: None for cause in CAUSES}
 
 
-def batch(id_: int, samples: int = 64, **counts: int):  # noqa: ANN202
+def batch(id_: int, samples: int = 64, **counts: int):
     return SimpleNamespace(id=id_, step=id_ * 10, samples=samples, counts={"samples": samples, **counts})
 
 
-def sample(**fields):  # noqa: ANN202
+def sample(**fields):
     base = dict(sample_index=0, n_ids=64, n_rollout_logprobs=None, n_trainer_logprobs=None, length_mismatch=False,
                 rerender_first_diff=None, n_trainer_ids=None, ids_mismatch=None, ids_first_diff=None, truncated=False,
                 finish_lost=False, eos_ignored_at=None, images_mismatch=None, rollout_images=None,

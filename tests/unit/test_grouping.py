@@ -41,7 +41,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,last,firing,resolved,now,send,next_s,why", CASES, ids=[c[0] for c in CASES])
-def test_decide(name, last, firing, resolved, now, send, next_s, why):  # noqa: ANN001
+def test_decide(name, last, firing, resolved, now, send, next_s, why):
     last_sent = LastSent(at(last[0]), frozenset(last[1])) if last is not None else None
     d = decide(last_sent, {k: at(v) for k, v in firing.items()}, resolved, at(now), TIMING)
     assert isinstance(d, Decision)
@@ -75,7 +75,7 @@ def test_summary_names_the_first_workers_and_the_components():
 
 
 class S:
-    def __init__(self, id, run_id=None, project=None, kind=None):  # noqa: A002, ANN001
+    def __init__(self, id, run_id=None, project=None, kind=None):
         self.id, self.run_id, self.project, self.kind = id, run_id, project, kind
 
 
@@ -101,7 +101,7 @@ RULE_STEPS = [
 
 
 @pytest.mark.parametrize("given,expected", RULE_STEPS)
-def test_rule_evaluation_steps(given, expected):  # noqa: ANN001
+def test_rule_evaluation_steps(given, expected):
     step = evaluate(*given)
     assert (step.streak, step.clear_streak, step.action) == expected
 

@@ -12,11 +12,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # its own layer and the ones below. The same order is written in docs/design.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("trainer_hooks",),  # the client library and the wire contract: never imports backend
-    ("paritywatch.backend.settings", "paritywatch.backend.errors", "paritywatch.backend.db", "paritywatch.backend.models", "paritywatch.backend.migrate"),
+    ("paritywatch.backend.settings", "paritywatch.backend.errors", "paritywatch.backend.db", "paritywatch.backend.models",
+     "paritywatch.backend.migrate"),
     ("paritywatch.backend.store",),  # all SQL
     ("paritywatch.backend.detect",),  # pure detection: rules and the fingerprint verdict
     ("paritywatch.backend.alerts", "paritywatch.backend.webhooks", "paritywatch.backend.auth"),  # alert lifecycle, delivery, identities
-    ("paritywatch.backend.detect.engine", "paritywatch.backend.janitor", "paritywatch.backend.control_watch", "paritywatch.backend.live"),  # workers
+    ("paritywatch.backend.detect.engine", "paritywatch.backend.janitor", "paritywatch.backend.control_watch",
+     "paritywatch.backend.live"),  # workers
     ("paritywatch.backend.api", "paritywatch.backend.schemas", "paritywatch.backend.middleware"),  # HTTP
     ("paritywatch.backend.main", "paritywatch.backend.cli", "paritywatch.backend.api.access_table"),  # the application and its tools
 )
@@ -87,7 +89,8 @@ def test_the_trainer_hooks_never_import_the_backend() -> None:
 def test_the_check_sees_an_upward_import_even_inside_a_function() -> None:
     source = "def f():\n    from paritywatch.backend.detect.rules import BUILTIN_RULES\n"
     assert upward_imports(source, "paritywatch.backend.store.runs") == [
-        "paritywatch.backend.store.runs:2 imports paritywatch.backend.detect.rules.BUILTIN_RULES (paritywatch.backend.detect layer is above paritywatch.backend.store)"]
+        "paritywatch.backend.store.runs:2 imports paritywatch.backend.detect.rules.BUILTIN_RULES "
+        "(paritywatch.backend.detect layer is above paritywatch.backend.store)"]
     assert upward_imports("from paritywatch.backend.store import runs\n", "paritywatch.backend.detect.rules") == []
     assert upward_imports("from ..api import deps\n", "paritywatch.backend.store.runs")  # relative imports too
 

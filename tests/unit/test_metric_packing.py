@@ -38,7 +38,7 @@ value = st.one_of(finite, finite, finite, st.none(), st.just(math.nan), st.just(
 
 
 @st.composite
-def batches(draw) -> tuple[list[int], dict[str, list]]:  # noqa: ANN001
+def batches(draw) -> tuple[list[int], dict[str, list]]:
     n = draw(st.integers(1, 120))
     # starts near bucket edges of every level (and far out): one bucket, or across an edge
     edge = draw(st.sampled_from([0, 16, 256, 4096, 65536, 3 * 65536, 2**40]))
@@ -54,7 +54,7 @@ def batches(draw) -> tuple[list[int], dict[str, list]]:  # noqa: ANN001
 
 @settings(max_examples=300, deadline=None)
 @given(batches())
-def test_rollup_rows_are_the_fold_of_the_points(batch) -> None:  # noqa: ANN001
+def test_rollup_rows_are_the_fold_of_the_points(batch) -> None:
     steps, series = batch
     prepared = prepare_batch(steps, series, max_points=10**6, max_key=200)
     for key, values in series.items():

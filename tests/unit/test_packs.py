@@ -49,7 +49,7 @@ def test_a_pack_rule_of_the_same_key_kind_and_direction_takes_a_builtin_rules_pl
 
     from paritywatch.backend.detect import rules
 
-    def rule(id_, key, kind="threshold", comparison=">", builtin=False, pack=None):  # noqa: ANN202
+    def rule(id_, key, kind="threshold", comparison=">", builtin=False, pack=None):
         return SimpleNamespace(id=id_, key=key, kind=kind, comparison=comparison, builtin=builtin, pack=pack)
 
     dense = [rule(1, "align/kl_k3", builtin=True), rule(2, "align/kl_k3", "baseline", builtin=True),

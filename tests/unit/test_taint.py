@@ -39,7 +39,7 @@ def test_a_divergence_starts_after_the_last_logged_step_or_at_the_step_it_measur
     assert first_step(measured, 45) == 40
 
 
-def span(first, last, cause="processor:chat_template", alert=1, workers=(), rollout=3):  # noqa: ANN001, ANN201
+def span(first, last, cause="processor:chat_template", alert=1, workers=(), rollout=3):
     return Span(alert, "processor_mismatch", cause, "chat_template differs", first, last, tuple(workers), len(workers), rollout)
 
 

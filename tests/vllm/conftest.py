@@ -30,11 +30,11 @@ if HAVE_VLLM:
     # LLM() in this process runs its engine core in-process too: ~2 s to start instead of ~15 s, no spawn.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-import httpx
-import pytest
+import httpx  # noqa: E402 (the environment above first)
+import pytest  # noqa: E402
 
-from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, DEFAULT_CHATML_TEMPLATE, build_chatml_tokenizer
-from tests.support.live import free_port
+from tests.fixtures.tokenizers import CUSTOM_TEMPLATE, DEFAULT_CHATML_TEMPLATE, build_chatml_tokenizer  # noqa: E402
+from tests.support.live import free_port  # noqa: E402
 
 
 MAX_MODEL_LEN = 512
@@ -175,5 +175,5 @@ def write_template(tmp_path: Path, template: str = CUSTOM_TEMPLATE) -> Path:
     return path
 
 
-def dump(obj) -> str:  # noqa: ANN001 - readable assertion messages
+def dump(obj) -> str:
     return json.dumps(obj, indent=1, ensure_ascii=False, default=str)[:3000]

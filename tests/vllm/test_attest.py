@@ -16,7 +16,7 @@ from trainer_hooks.monitor import ParityMonitor
 PERTURBED = "model.layers.1.self_attn.o_proj.weight"
 
 
-def load_weights_rpc(worker, weights):  # noqa: ANN001, ANN201 - runs on the worker, as a framework's sync would
+def load_weights_rpc(worker, weights):
     """vLLM's in-place reload (it calls the model's load_weights between its layerwise set-up and
     the kernel repacking; a bare load_weights cannot refill CPU linears already repacked)."""
     worker.model_runner.reload_weights(weights_iterator=iter(weights))

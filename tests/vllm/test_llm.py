@@ -22,7 +22,7 @@ class CapturingMonitor:
     def __init__(self):
         self.registered = []
 
-    def register_processor(self, processor, generation_config=None):  # noqa: ANN001
+    def register_processor(self, processor, generation_config=None):
         self.registered.append((processor, generation_config))
         return fingerprint_processor(processor, generation_config)
 
@@ -213,7 +213,7 @@ def test_served_sampling_includes_the_generation_config_defaults_vllm_filled_in(
 
 # --------------------------------------------------------------------------- model and engine components
 
-def _trainer_model_fp(model_dir, **config_overrides):  # noqa: ANN001
+def _trainer_model_fp(model_dir, **config_overrides):
     """The trainer side as register_model posts it: the model loaded with transformers."""
     import json
 
@@ -228,7 +228,7 @@ def _trainer_model_fp(model_dir, **config_overrides):  # noqa: ANN001
     return json.loads(json.dumps(with_components(None, *model_components(model))))
 
 
-def _engine_fp(llm):  # noqa: ANN001
+def _engine_fp(llm):
     import json
 
     from trainer_hooks.fingerprint.core import with_components
@@ -283,7 +283,7 @@ class EngineMonitor:
         self.policy_version = 0
         self.reports = []
 
-    def report_model_components(self, values, env=None):  # noqa: ANN001
+    def report_model_components(self, values, env=None):
         self.reports.append(values)
         return True
 

@@ -12,7 +12,7 @@ from trainer_hooks.integrations.vllm import check_openai_server, post_openai_ser
 from trainer_hooks.monitor import ParityMonitor
 
 
-def _parity_of(db_url, tmp_path, trainer_processor, check):  # noqa: ANN001
+def _parity_of(db_url, tmp_path, trainer_processor, check):
     """Trainer registers its processor, the server check is posted as a rollout: the backend's parity."""
     with ThreadServer(Settings(database_url=db_url)) as srv, httpx.Client(base_url=srv.url, timeout=30) as api:
         kwargs = dict(run=f"srv-{tmp_path.name}", project="vllm", url=srv.url, flush_interval_s=0.05,

@@ -65,7 +65,7 @@ def user_processor(model_dir):
     return tokenizer
 
 
-def async_grpo(model_dir, vllm_url, srv, processing_class, tmp_path, max_steps):  # noqa: ANN001, ANN201
+def async_grpo(model_dir, vllm_url, srv, processing_class, tmp_path, max_steps):
     """AsyncGRPOTrainer with both Paritywatch hooks, exactly as the README instruments it."""
     from datasets import Dataset
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
@@ -90,14 +90,14 @@ def async_grpo(model_dir, vllm_url, srv, processing_class, tmp_path, max_steps):
 class Training(threading.Thread):
     """``trainer.train()`` on a thread, keeping what it raised."""
 
-    def __init__(self, trainer):  # noqa: ANN001
+    def __init__(self, trainer):
         super().__init__(daemon=True)
         self.trainer, self.error = trainer, None
 
     def run(self) -> None:
         try:
             self.trainer.train()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             self.error = exc
 
     def frames(self) -> set[str]:
@@ -106,12 +106,12 @@ class Training(threading.Thread):
         return {entry.name for entry in traceback.extract_stack(frame)} if frame is not None else set()
 
 
-def the_run(api) -> dict | None:  # noqa: ANN001
+def the_run(api) -> dict | None:
     runs = api.get("/api/v1/runs", params={"project": "trl-async"}).json()["runs"]
     return runs[0] if runs else None
 
 
-def state_of(api, run_id: int) -> str:  # noqa: ANN001
+def state_of(api, run_id: int) -> str:
     return api.get(f"/api/v1/runs/{run_id}/control").json()["state"]
 
 

@@ -114,7 +114,7 @@ def cpu_trainer(config):
 class LocalManager:
     """What fit() gets from verl's task runner: here one in-process worker instead of Ray actors."""
 
-    def __init__(self, worker):  # noqa: ANN001
+    def __init__(self, worker):
         self.worker = worker
 
     def close_parity_monitors(self) -> list[bool]:
@@ -143,7 +143,7 @@ class CpuServer:
         self.llm, self.response_length, self.global_steps = llm, response_length, weights_version
         self.generate = self  # ``server.generate.remote(...)``, as on a Ray actor handle
 
-    async def remote(self, *, prompt_ids, sampling_params, request_id, **multimodal):  # noqa: ANN001
+    async def remote(self, *, prompt_ids, sampling_params, request_id, **multimodal):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from verl.workers.rollout.replica import TokenOutput
@@ -166,10 +166,10 @@ def in_process_client(config, server):
     class InProcessClient(LLMServerClient):
         """verl's LLMServerClient (its generate() runs as is) with one server and no Ray load balancer."""
 
-        async def _acquire_server(self, request_id, **extra):  # noqa: ANN001, ANN202
+        async def _acquire_server(self, request_id, **extra):
             return "cpu-0", server
 
-        def _release_server(self, server_id, request_id=None):  # noqa: ANN001, ANN202
+        def _release_server(self, server_id, request_id=None):
             pass
 
     return InProcessClient(config)
@@ -237,7 +237,7 @@ def metric_keys(api, rid: int) -> set[str]:
 def rollout_same_as_trainer(api, rid: int) -> list[dict]:
     """Until the rollout's fingerprint (its sampling included) is the trainer's: verdict `same`.
     While the rollout has sent no sampling yet, the comparison is `info` (not comparable)."""
-    def same():  # noqa: ANN202
+    def same():
         body = api.get(f"/runs/{rid}/parity").json()
         groups = [g for g in body["groups"] if g["side"] == "rollout"]
         return body["trainer"] and groups and all(g["verdict"] == "same" for g in groups) and groups
@@ -424,7 +424,7 @@ def test_verls_manager_starts_instrumented_worker_actors_that_register_from_thei
         # the load balancer is not needed: no request is sent, the workers register as they start
         manager = ParityAgentLoopManager.create(config=config, llm_client=LLMServerClient(config))
         rid = run_id(backend)
-        def fingerprinted():  # noqa: ANN202
+        def fingerprinted():
             found = workers(backend, rid)
             return found if found and all(w["fingerprint_digest"] for w in found.values()) else None
         registered = wait_for(fingerprinted, timeout_s=120, what="the worker actor's fingerprint")

@@ -45,7 +45,7 @@ class NoWeightTransfer:
         pass
 
 
-def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,  # noqa: ANN001, ANN201
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
                      causal=True, window_size=(-1, -1), **_unused):
     """flash-attn's ``flash_attn_varlen_func`` for the case TRL's tree attention uses (causal, no
     window), on CPU: q ``(total_q, heads, d)``, k/v ``(total_k, kv_heads, d)``, one segment per pair
@@ -68,7 +68,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return out
 
 
-def patch_cuda_only_calls(monkeypatch) -> None:  # noqa: ANN001
+def patch_cuda_only_calls(monkeypatch) -> None:
     """Replace AsyncGRPOTrainer's two CUDA-only calls for this test (see the module docstring)."""
     from trl.experimental.async_grpo import async_grpo_trainer, packing
 
@@ -76,6 +76,6 @@ def patch_cuda_only_calls(monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(packing, "_flash_attn", lambda: types.SimpleNamespace(flash_attn_varlen_func=varlen_attention))
 
 
-def answer_length_reward(completions, **_kwargs) -> list[float]:  # noqa: ANN001
+def answer_length_reward(completions, **_kwargs) -> list[float]:
     """Module level: the rollout worker's child process imports its reward functions by name."""
     return [float(len(c[-1]["content"] if isinstance(c, list) else c)) for c in completions]

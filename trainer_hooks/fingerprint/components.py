@@ -153,7 +153,7 @@ def _added_tokens(tok: Any) -> list:
 def _special_tokens(tok: Any) -> dict:
     named = {}
     for name in SPECIAL_NAMES:
-        text = _safe(lambda: getattr(tok, f"{name}_token", None))
+        text = _safe(lambda name=name: getattr(tok, f"{name}_token", None))
         named[name] = None if text is None else [str(text), _token_id(tok, str(text))]
     listed = {str(t) for t in (_safe(lambda: tok.all_special_tokens) or ())}
     extras = sorted(listed - {v[0] for v in named.values() if v})

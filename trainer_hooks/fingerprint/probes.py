@@ -18,7 +18,8 @@ PROBE_TEXTS: tuple[str, ...] = (
     "UPPER lower MiXeD Title Case",
     "I'm don't they'll we've she'd it's YOU'RE",
     "emoji \U0001f44b\U0001f3fd \U0001f1eb\U0001f1f7 \U0001f468\u200d\U0001f469\u200d\U0001f467 \u2764\ufe0f",
-    "\u4e2d\u6587\u6d4b\u8bd5 \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \ud55c\uad6d\uc5b4 \u0627\u0644\u0639\u0631\u0628\u064a\u0629",
+    "\u4e2d\u6587\u6d4b\u8bd5 \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 "
+    "\ud55c\uad6d\uc5b4 \u0627\u0644\u0639\u0631\u0628\u064a\u0629",
     "def f(x):\n    return x ** 2  # comment\n",
     "<|im_start|>user\nhi<|im_end|>\n<|endoftext|>",
     "<s>[INST] hi [/INST]</s> [CLS] x [SEP] <unk> <pad> <mask>",

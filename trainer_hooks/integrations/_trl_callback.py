@@ -30,8 +30,8 @@ class ParityCallback(TrainerCallback):
 
     * on_train_begin: registers ``processing_class`` (``tokenizer`` on older transformers), the
       model's ``generation_config`` and the ``chat_template_kwargs`` the trainer renders prompts
-      with (``args.chat_template_kwargs``, e.g. ``{"enable_thinking": False}``); for trainers with a sampling ``temperature`` (GRPOConfig...),
-      reports what the log-prob recompute assumes (``trl_logprob_assumption``).
+      with (``args.chat_template_kwargs``, e.g. ``{"enable_thinking": False}``); for trainers with a
+      sampling ``temperature`` (GRPOConfig...), reports what the log-prob recompute assumes (``trl_logprob_assumption``).
     * on_step_begin: blocks while the run is paused; a stop becomes ``should_save`` +
       ``should_training_stop`` (checked again at step end, so a stop saves the step just done).
     * on_log: forwards every finite numeric entry of the logs (GRPO's ``sampling/*``, ``kl``,

@@ -33,7 +33,6 @@ or, when you build the worker yourself, pass
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
 
 from ._lazy import lazy_names
 

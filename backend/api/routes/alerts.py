@@ -22,7 +22,7 @@ StatusFilter = Annotated[Literal["firing", "acknowledged", "resolved", "open"] |
 OptionalNote = Annotated[AlertNote | None, Body()]
 
 
-def _marked(s, rows: list[tuple[Alert, str]]) -> list[AlertOut]:  # noqa: ANN001
+def _marked(s, rows: list[tuple[Alert, str]]) -> list[AlertOut]:
     """Alerts with the active silences that mute them: the notifier's own rule (an active silence
     that matches mutes an alert's notifications, its resolution included), so every view of an
     alert says `silenced` exactly when no message about it can go out."""

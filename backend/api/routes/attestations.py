@@ -9,7 +9,8 @@ from fastapi import APIRouter, Body, Query
 from paritywatch.backend.api.deps import DbDep, EngineDep, IngestBulkDep, ReadDep
 from paritywatch.backend.api.query import AttestationsPage, VersionsPage, encode_cursor
 from paritywatch.backend.detect import attest as attest_logic
-from paritywatch.backend.schemas.attestations import AttestationList, AttestationOut, AttestationStored, VersionComparison, VersionComparisonList, WorkerVerdict
+from paritywatch.backend.schemas.attestations import (AttestationList, AttestationOut, AttestationStored, VersionComparison,
+                                                      VersionComparisonList, WorkerVerdict)
 from paritywatch.backend.store import attestations as att_store
 from paritywatch.backend.store.attestations import Attested
 from paritywatch.backend.store.runs import get_run

@@ -60,7 +60,7 @@ def _audit_out(read: audit_store.AuditRead) -> AuditOut:
                     samples=[_sample_out(s, a.step) for s in read.samples])
 
 
-def _sample_out(sample, step: int | None) -> AuditSampleOut:  # noqa: ANN001
+def _sample_out(sample, step: int | None) -> AuditSampleOut:
     return AuditSampleOut(
         id=sample.id, audit_id=sample.audit_id, step=step, rank=sample.rank, index=sample.sample_index,
         **{name: getattr(sample, name) for name in audit_store.SAMPLE_FIELDS if name != "windows"},

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Body
 
 from paritywatch.backend.alerts import run_state
 from paritywatch.backend.api.deps import DbDep, EffectsDep, EngineDep, IngestBulkDep, IngestDep, ReadDep, SettingsDep
-from paritywatch.backend.schemas.components import ComponentClose, ComponentCreate, ComponentOut, FingerprintStored, HeartbeatIn, HeartbeatOut
+from paritywatch.backend.schemas.components import (ComponentClose, ComponentCreate, ComponentOut, FingerprintStored,
+                                                    HeartbeatIn, HeartbeatOut)
 from paritywatch.backend.store import fingerprints as fp_store
 from paritywatch.backend.store.control import control_of
 

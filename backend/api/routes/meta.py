@@ -72,7 +72,7 @@ class StoreCollector(Collector):
     def __init__(self, db: Database):
         self.db = db
 
-    def collect(self):  # noqa: ANN201
+    def collect(self):
         counts = service_counts(self.db)
         yield _gauge("paritywatch_runs", "Runs by control state.", "state", RUN_STATES, counts["runs"])
         yield _gauge("paritywatch_alerts_open", "Open (firing or acknowledged) alerts by severity.", "severity",
@@ -98,7 +98,7 @@ def make_registry(db: Database, control_watcher: ControlWatcher) -> tuple[Collec
     return registry, counters
 
 
-def add_prometheus(app) -> None:  # noqa: ANN001
+def add_prometheus(app) -> None:
     @app.get("/metrics", include_in_schema=False, dependencies=[Depends(require("read"))])
     def prometheus() -> Response:
         return Response(generate_latest(app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -10,7 +10,7 @@ from paritywatch.backend.store.runs import load_run
 router = APIRouter(tags=["parity"])
 
 
-def _comp(c) -> dict:  # noqa: ANN001
+def _comp(c) -> dict:
     return {"component_id": c.id, "side": c.side, "worker_id": c.worker_id, "host": c.host,
             "last_heartbeat": c.last_heartbeat, "digest": c.fingerprint_digest}
 

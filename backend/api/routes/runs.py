@@ -31,14 +31,14 @@ deletions = APIRouter(prefix="/run-deletions", tags=["runs"])
 StateFilter = Annotated[ControlStateName | None, Query(description="Only runs in this state")]
 
 
-def component_out(c, run, cutoff) -> ComponentOut:  # noqa: ANN001
+def component_out(c, run, cutoff) -> ComponentOut:
     """A process as readers see it: `ended` when its run ended and it went silent (process_state)."""
     out = ComponentOut.model_validate(c, from_attributes=True)
     out.status = process_state(c.status, c.last_heartbeat, run.control_state, cutoff)
     return out
 
 
-def run_out(run, components, firing, packs, suggested=(), facts=None, *, cutoff) -> RunOut:  # noqa: ANN001
+def run_out(run, components, firing, packs, suggested=(), facts=None, *, cutoff) -> RunOut:
     """`cutoff`: a process silent since then has been silent for the heartbeat timeout."""
     facts = facts or {}
     return RunOut(
@@ -121,7 +121,7 @@ def get_taint(run_id: int, db: DbDep, _: ReadDep,
     return RunTaintOut(**record, run_id=run.id, state=run.control_state, last_step=run.last_step, checkpoint=checkpoint)
 
 
-def _detailed(db, run, settings) -> RunOut:  # noqa: ANN001
+def _detailed(db, run, settings) -> RunOut:
     comps = run_store.components_of(db, [run.id])[run.id]
     firing = run_store.firing_alert_counts(db, [run.id])[run.id]
     with db.read() as s:
@@ -132,7 +132,7 @@ def _detailed(db, run, settings) -> RunOut:  # noqa: ANN001
                    cutoff=silent_cutoff(utcnow(), settings.heartbeat_timeout_s))
 
 
-def _facts(s, runs: list) -> dict[int, dict]:  # noqa: ANN001
+def _facts(s, runs: list) -> dict[int, dict]:
     """run id -> what the runs list and the run page show beside the alert counts: how many open
     alerts a silence mutes now, and the record of what the run trained on."""
     silences = silence_store.active(s, utcnow())

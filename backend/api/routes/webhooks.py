@@ -8,7 +8,8 @@ from paritywatch.backend.api.query import DeliveriesPage, encode_cursor
 from paritywatch.backend.errors import Invalid
 from paritywatch.backend.models import Webhook
 from paritywatch.backend.schemas.meta import EventTypeList, EventTypeOut
-from paritywatch.backend.schemas.webhooks import AttemptOut, DeliveryList, DeliveryOut, TestQueued, WebhookCreated, WebhookIn, WebhookList, WebhookOut, WebhookPatch
+from paritywatch.backend.schemas.webhooks import (AttemptOut, DeliveryList, DeliveryOut, TestQueued, WebhookCreated, WebhookIn,
+                                                  WebhookList, WebhookOut, WebhookPatch)
 from paritywatch.backend.settings import Settings
 from paritywatch.backend.store import webhooks as webhook_store
 from paritywatch.backend.webhooks.outbox import enqueue_for

@@ -51,7 +51,7 @@ def list_workers(
     )
 
 
-def _worker_out(c, run: store.RunWorkers, labels: dict[str, str], alerts: list, cutoff) -> WorkerOut:  # noqa: ANN001
+def _worker_out(c, run: store.RunWorkers, labels: dict[str, str], alerts: list, cutoff) -> WorkerOut:
     lag = view.lag(c.side, c.policy_version, run.trainer_policy_version)
     return WorkerOut(
         component_id=c.id, side=c.side, worker_id=c.worker_id, host=c.host, pid=c.pid,

@@ -14,18 +14,18 @@ from tests.support.live import ThreadServer, wait_for
 from trainer_hooks.monitor import ParityMonitor
 
 
-def _monitor(srv, run, side, worker_id, tmp_path):  # noqa: ANN001
+def _monitor(srv, run, side, worker_id, tmp_path):
     return ParityMonitor(run=run, project="fingerprint", side=side, url=srv.url, worker_id=worker_id,
                          spool_dir=tmp_path / f"spool-{run}-{side}", flush_interval_s=0.05, poll_timeout_s=5)
 
 
-def _mismatch_alerts(api):  # noqa: ANN001
+def _mismatch_alerts(api):
     alerts = api.get("/api/v1/alerts", params={"status": "open"}).json()["alerts"]
     return [a for a in alerts if a["kind"] == "processor_mismatch"]
 
 
 @contextmanager
-def _registered(srv, tmp_path, run, trainer_args, rollout_args):  # noqa: ANN001
+def _registered(srv, tmp_path, run, trainer_args, rollout_args):
     """Both processes registered, and still live while the test looks (a run whose processes all
     closed is finished, and a finished run resolves its alerts)."""
     trainer = _monitor(srv, run, "trainer", "t0", tmp_path)

@@ -50,12 +50,12 @@ def test_overrides_go_on_top_and_bad_values_raise():
         sampling_value({"temperature": "0.6"})
 
 
-def fp(value, env=None, kind="tokenizer"):  # noqa: ANN001
+def fp(value, env=None, kind="tokenizer"):
     processor = assemble(kind, {"vocab": [[0, "a"]]}, {})
     return processor if value is None else with_component(processor, "sampling_params", value, env)
 
 
-def row(result):  # noqa: ANN001
+def row(result):
     return next(c for c in result["components"] if c["name"] == "sampling_params")
 
 
