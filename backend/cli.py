@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(sub) -> None:  # noqa: ANN001
-    from paritywatch.demo.run import add_demo_command
+    from paritywatch.demo.command import add_demo_command
     from trainer_hooks.fingerprint.cli import add_fingerprint_commands
 
     add_fingerprint_commands(sub)
@@ -343,7 +343,10 @@ def _add_optional_commands(sub) -> None:  # noqa: ANN001
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``argv`` None: the command line, and this process is the command's (the fingerprint
+    commands then load tokenizers without torch: trainer_hooks/fingerprint/cli.py)."""
     args = build_parser().parse_args(argv)
+    args.own_process = argv is None
     return int(args.func(args) or 0)
 
 

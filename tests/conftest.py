@@ -66,3 +66,10 @@ def _empty_all_tables(url: str) -> None:
                     s.execute(table.delete())
     finally:
         db.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _private_fingerprint_cache(monkeypatch, tmp_path_factory) -> None:
+    """`paritywatch diff` / `fingerprint` cache folder fingerprints on disk: each test (and every
+    process it starts) gets its own cache, so no test is answered from another's loads."""
+    monkeypatch.setenv("PARITYWATCH_FINGERPRINT_CACHE", str(tmp_path_factory.mktemp("fingerprint-cache")))

@@ -353,8 +353,17 @@ FINGERPRINT_TABLES = ("vocab", "merges", "added_tokens", "special_tokens", "enco
 FINGERPRINT_STRUCTURE = ("model_params", "normalizer", "pre_tokenizer", "post_processor", "decoder")
 # The order a diff lists components in (and the dashboard shows them in): chat_template first,
 # the readable cause of most behavior differences.
+# The model and the engine that run it (trainer_hooks/fingerprint/model_config.py): config fields that
+# change logits, weight / lm_head precision, the LoRA adapter really active, the engine's settings.
+MODEL_CONFIG_COMPONENT = "model_config"
+LORA_ADAPTER_COMPONENT = "lora_adapter"
+ENGINE_CONFIG_COMPONENT = "engine_config"
+MODEL_COMPONENTS = (MODEL_CONFIG_COMPONENT, LORA_ADAPTER_COMPONENT, ENGINE_CONFIG_COMPONENT)
+# Components a process learns while it serves (its first request, a weight sync) and re-posts:
+# not part of a mismatch alert's identity, so the re-post refreshes an open alert.
+LATE_FINGERPRINT_COMPONENTS = (SAMPLING_PARAMS_COMPONENT, LORA_ADAPTER_COMPONENT, ENGINE_CONFIG_COMPONENT)
 FINGERPRINT_COMPONENT_ORDER = (("chat_template", "behavior") + FINGERPRINT_TABLES + FINGERPRINT_STRUCTURE
-                               + (SAMPLING_PARAMS_COMPONENT, "sampling_defaults", "runtime"))
+                               + (SAMPLING_PARAMS_COMPONENT, "sampling_defaults") + MODEL_COMPONENTS + ("runtime",))
 
 
 # --------------------------------------------------------------------------- per-sample audits

@@ -36,7 +36,8 @@ from .control import ControlPoller, ControlState
 # `_DeadlockError` on `trainer_hooks.fingerprint.sampling`, and the trainer posted no processor).
 # Stdlib only at import time, so this costs ~40 ms and no ML library.
 from .fingerprint import fingerprint_processor
-from .fingerprint.core import assemble, with_component
+from .fingerprint.core import assemble, with_component, with_components
+from .fingerprint.model_config import model_components
 from .fingerprint.sampling import read_params, sampling_value
 from .health import BackendHealth
 from .logs import LogOnce, log
@@ -149,6 +150,8 @@ class ParityMonitor:
         self._fingerprint_lock = threading.Lock()
         self._processor_fingerprint: dict[str, Any] | None = None
         self._sampling: tuple[dict[str, Any], dict[str, Any]] | None = None
+        # The model and engine components (model_config, lora_adapter, engine_config): register_model.
+        self._model: tuple[dict[str, Any], dict[str, Any]] | None = None
         # Processor fingerprints still being computed: sampling waits for them rather than post a
         # sampling-only fingerprint that the processor's replaces a moment later.
         self._fingerprints_in_flight = 0
@@ -289,7 +292,7 @@ class ParityMonitor:
         """A processor fingerprint finished (or failed): post sampling held back for it, if nothing has."""
         with self._fingerprint_lock:
             self._fingerprints_in_flight -= 1
-            held = self._processor_fingerprint is None and self._sampling is not None
+            held = self._processor_fingerprint is None and (self._sampling is not None or self._model is not None)
             if held and self._fingerprints_in_flight == 0 and self.enabled and not self._closed:
                 self._worker.submit_fingerprint(self._fingerprint_to_post())
 
@@ -343,16 +346,54 @@ class ParityMonitor:
                 self._worker.submit_fingerprint(self._fingerprint_to_post())
         return True
 
+    @_guarded(default=False)
+    def register_model(self, model: Any, **components: Any) -> bool:
+        """Report the model this process computes logits with, and the engine running it: the
+        `model_config`, `lora_adapter` and `engine_config` components (docs/fingerprint.md, "Model
+        and engine"). `model`: a transformers `PreTrainedModel`, a peft `PeftModel` (the adapter
+        really active), a `vllm.LLM`, a config, or a model directory. Keyword `components` replace
+        whole components (e.g. `lora_adapter=None` for a rollout known to serve no adapter).
+        Cheap (config fields only); re-posts only when a value changes. Call it after
+        `register_processor`: it then joins the processor's fingerprint (one post); before any
+        processor it is posted alone (kind "model"). Returns False when disabled or closed."""
+        if not self.enabled or self._closed:
+            return False
+        values, env = model_components(model)
+        return self.report_model_components({**values, **components}, env)
+
+    @_guarded(default=False)
+    def report_model_components(self, values: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> bool:
+        """Set model / engine components (plain JSON values) as the integrations learn them, e.g.
+        `engine_config` once a prefix-cache reset after a weight sync was seen; the others stay."""
+        if not self.enabled or self._closed:
+            return False
+        if self._pid != os.getpid():
+            self._after_fork()
+        with self._fingerprint_lock:
+            old_values, old_env = self._model or ({}, {})
+            merged = {**old_values, **{k: v for k, v in values.items() if k in contract.MODEL_COMPONENTS}}
+            if self._model is not None and merged == old_values:
+                return True
+            self._model = (merged, {**old_env, **(env or {})})
+            if self._processor_fingerprint is not None or self._fingerprints_in_flight == 0:
+                self._worker.submit_fingerprint(self._fingerprint_to_post())
+        return True
+
     def _fingerprint_to_post(self) -> dict[str, Any]:
-        """The processor fingerprint with the sampling component, or that component alone while no
-        processor is registered (kind "sampling"). Called under `_fingerprint_lock`."""
-        base = self._processor_fingerprint
-        if self._sampling is None:
-            return dict(base or {})
-        value, env = self._sampling
-        if base is None:
-            return assemble("sampling", {contract.SAMPLING_PARAMS_COMPONENT: value}, env)
-        return with_component(base, contract.SAMPLING_PARAMS_COMPONENT, value, env)
+        """The processor fingerprint with the sampling and model components, or those alone while
+        no processor is registered (kind "sampling" or "model"). Called under `_fingerprint_lock`."""
+        fingerprint = self._processor_fingerprint
+        if self._sampling is None and self._model is None:
+            return dict(fingerprint or {})
+        if self._sampling is not None:
+            value, env = self._sampling
+            if fingerprint is None:
+                fingerprint = assemble("sampling", {contract.SAMPLING_PARAMS_COMPONENT: value}, env)
+            else:
+                fingerprint = with_component(fingerprint, contract.SAMPLING_PARAMS_COMPONENT, value, env)
+        if self._model is not None:
+            fingerprint = with_components(fingerprint, *self._model)
+        return fingerprint
 
     @_guarded(default=False)
     def log_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
@@ -419,6 +460,11 @@ class ParityMonitor:
         if self._pid != os.getpid():
             self._after_fork()
         self._worker.set_policy_version(version)
+
+    @property
+    def policy_version(self) -> int | None:
+        """The version last given to `set_policy_version` (None before any)."""
+        return self._worker.heartbeat.progress.policy_version
 
     @_guarded(default=None)
     def add_samples(self, n: int) -> None:

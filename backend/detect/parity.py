@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from threading import Lock
 
 from paritywatch.backend.models import Component
-from trainer_hooks.contract import SAMPLING_PARAMS_COMPONENT
-from trainer_hooks.fingerprint.diff import RANK
+from trainer_hooks.contract import LATE_FINGERPRINT_COMPONENTS, SAMPLING_PARAMS_COMPONENT
+from trainer_hooks.fingerprint.diff import RANK, findings, findings_text
 
 _DIFF_CACHE: "OrderedDict[tuple[str, str], dict]" = OrderedDict()
 _DIFF_LOCK = Lock()
@@ -97,7 +97,7 @@ class Group:
     components: list[Component] = field(default_factory=list)
     verdict: str = "same"
     diff: dict | None = None
-    processor_digest: str = ""  # the digest less sampling_params (see processor_digest)
+    processor_digest: str = ""  # the digest less the late components (see processor_digest)
 
 
 @dataclass
@@ -110,13 +110,14 @@ class Parity:
 
 
 def processor_digest(body: dict) -> str:
-    """The fingerprint's digest without its sampling_params component: the identity of a processor
-    mismatch alert. A rollout reports its sampling with its first request, after its processor:
-    that re-post must refresh an open alert about the processor, not resolve it and fire a copy."""
+    """The fingerprint's digest without the components a process reports late (sampling_params,
+    lora_adapter, engine_config): the identity of a processor mismatch alert. A rollout reports its
+    sampling and the adapter its requests carry with its first request, the prefix-cache reset after
+    its first sync: that re-post must refresh an open alert, not resolve it and fire a copy."""
     from trainer_hooks.fingerprint.canonical import digest
 
     comps = body.get("components") or {}
-    return digest({n: c.get("digest") for n, c in comps.items() if n != SAMPLING_PARAMS_COMPONENT})
+    return digest({n: c.get("digest") for n, c in comps.items() if n not in LATE_FINGERPRINT_COMPONENTS})
 
 
 def mismatch_alerts(parity: Parity) -> list[tuple[str, list[Group]]]:
@@ -157,7 +158,7 @@ def compute_parity(rows: list[tuple[Component, dict | None]]) -> Parity:
 
 def mismatch_key(reference_digest: str, digest: str) -> str:
     """The dedup key of a processor_mismatch alert: one per (trainer, workers) pair of processor
-    digests (fingerprint digests less sampling_params: see processor_digest)."""
+    digests (fingerprint digests less the late components: see processor_digest)."""
     return f"processor_mismatch:{reference_digest}:{digest}"
 
 
@@ -169,7 +170,15 @@ def mismatch_digest(dedup_key: str) -> str | None:
 
 
 def differing_components(diff: dict, severity: str = "error") -> list[str]:
-    return [c["name"] for c in diff.get("components", []) if c.get("severity") == severity]
+    """The components that differ at `severity`: behaviour probes that only demonstrate another
+    component's difference are its evidence, not a name of their own (diff.findings)."""
+    return [name for name, _ in findings(diff, severity)]
+
+
+def evidence_of_findings(diff: dict, severity: str = "error") -> dict[str, str]:
+    """{component: what the probes show of it}, e.g. {"chat_template": "rendered differently in 3 of
+    18 probe conversations"}, for the components at `severity` that have such evidence."""
+    return {name: why for name, why in findings(diff, severity) if why}
 
 
 def sampling_why(diff: dict, names: list[str]) -> str:
@@ -188,10 +197,11 @@ def mismatch_title(members: list[Component], reference: Component, diff: dict, v
     """A processor_mismatch alert's title: how many workers differ from the reference, in which
     components (with sampling parameters, what differs and why it matters)."""
     names = differing_components(diff, verdict)
+    named = findings_text(diff, verdict) or "fingerprint"  # the names, with what the probes show of each
     return (f"{len(members)} {members[0].side} worker(s) differ from the "
-            f"{reference.side} in {', '.join(names) or 'fingerprint'}{sampling_why(diff, names)}")
+            f"{reference.side} in {named}{sampling_why(diff, names)}")
 
 
 def mismatch_pause_reason(diff: dict, verdict: str) -> str:
     """Why the run was paused, as its control state shows it."""
-    return f"processor mismatch: {', '.join(differing_components(diff, verdict))}"
+    return f"processor mismatch: {findings_text(diff, verdict)}"

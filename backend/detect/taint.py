@@ -42,7 +42,10 @@ def cause_of(kind: str, severity: str, detail: Mapping[str, Any] | None, step: i
     detail = detail or {}
     if kind == "processor_mismatch":
         names = [str(c) for c in detail.get("components") or []]
+        evidence = detail.get("evidence") if isinstance(detail.get("evidence"), dict) else {}
+        why = "; ".join(f"{n}: {evidence[n]}" if len(names) > 1 else str(evidence[n]) for n in names if evidence.get(n))
         what = f"{', '.join(names)} {'differs' if len(names) == 1 else 'differ'}" if names else "processor differs"
+        what += f" ({why})" if why else ""  # the probes' evidence, e.g. "rendered differently in 3 of 18 ..."
         return Cause("processor:" + ",".join(sorted(names)), what, _ids(detail.get("worker_ids")))
     if kind == "weights_mismatch":
         return Cause("weights", "weights differ from the trainer's", _ids([detail.get("worker_id")]))

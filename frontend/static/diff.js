@@ -21,6 +21,8 @@ export function diffFocus(diff) {
 // differently, the chat template's (or, when the templates agree, a tokenizer table's); a text
 // encoded or decoded differently, the first differing tokenizer table's. Shown under that component,
 // not as a second finding. A difference no differing component explains stays a finding of its own.
+// The diff marks this (`evidence_of` on the behavior row, the one rule the backend's texts use too);
+// the order below is that rule's, for diffs stored before the mark.
 const TOKENIZER_TABLES = ['added_tokens', 'special_tokens', 'vocab', 'merges', 'normalizer', 'pre_tokenizer',
   'post_processor', 'decoder', 'encode_flags', 'model_params'];
 const PART_EXPLAINED_BY = { chat: ['chat_template', ...TOKENIZER_TABLES], encode: TOKENIZER_TABLES,
@@ -38,9 +40,10 @@ export function findings(diff) {
   const probes = behavior && behavior.detail && behavior.detail.differing_probes;
   if (!probes || !Object.keys(probes).length) return { components, evidence: {} };
   const present = new Set(components.map((c) => c.name));
+  const marked = behavior.evidence_of; // the diff's own mark (trainer_hooks/fingerprint/diff.py); absent in older diffs
   const evidence = {};
   for (const [part, labels] of Object.entries(probes)) {
-    const by = (PART_EXPLAINED_BY[part] || []).find((n) => present.has(n));
+    const by = marked ? marked[part] : (PART_EXPLAINED_BY[part] || []).find((n) => present.has(n));
     if (!by) return { components, evidence: {} };
     (evidence[by] ||= []).push({ part, labels, rows: (behavior.detail.sample || []).filter((r) => r.part === part) });
   }

@@ -30,7 +30,7 @@ def test_serve_refuses_public_bind_without_tokens(tmp_path):
 
 
 def test_help_texts():
-    for cmd in ([], ["serve"], ["db"], ["token"], ["token", "create"]):
+    for cmd in ([], ["serve"], ["db"], ["token"], ["token", "create"], ["diff"], ["fingerprint"], ["demo"]):
         r = run_cli(*cmd, "--help")
         assert r.returncode == 0 and "usage: paritywatch" in r.stdout
 

@@ -4,6 +4,7 @@ Real tokenizers are fingerprinted, posted to a real server, and read back throug
 """
 from __future__ import annotations
 
+import copy
 import random
 import re
 
@@ -13,6 +14,7 @@ from playwright.sync_api import expect
 from tests.browser.conftest import page_problems
 from tests.browser.seed import Seeder, chatml_fingerprint
 from tests.fixtures.chat_templates import TEXT_ONLY_VARIANT, TRL_CUSTOM_TEMPLATE, TRL_DEFAULT_TEMPLATE
+from trainer_hooks.fingerprint.core import with_component
 
 pytestmark = pytest.mark.browser
 
@@ -40,7 +42,17 @@ def runs(server, tmp_path_factory):
         "markup": _run(s, "markup-template", default, chatml_fingerprint(work, MARKUP_TEMPLATE, "markup")),
         "special": _run(s, "think-special-token", default,  # same renders, other ids
                         chatml_fingerprint(work, TRL_DEFAULT_TEMPLATE, "think", extra_special_tokens=("<think>",))),
+        "unexplained": _run(s, "pad-and-other-ids", default, _other_ids_without_pad(work)),
     }
+
+
+def _other_ids_without_pad(work):  # noqa: ANN001, ANN202
+    """No pad token (an info difference) and one probe text encoded otherwise (an error no table
+    explains: a patched runtime, say)."""
+    fp = chatml_fingerprint(work, TRL_DEFAULT_TEMPLATE, "no-pad", pad_token=None)
+    behavior = copy.deepcopy(fp["components"]["behavior"]["value"])
+    behavior["encode"][0] = [1, 2, 3]
+    return with_component(fp, "behavior", behavior)
 
 
 def _open_cell(page, server, run, component):
@@ -163,6 +175,12 @@ def test_behaviour_probes_show_as_the_evidence_of_the_template_not_a_second_find
     expect(dialog.locator("details[data-component]")).to_have_count(1)
     evidence = dialog.locator("details[data-component=chat_template] [data-evidence=chat_template]")
     expect(evidence.locator(".evidence-head")).to_contain_text("rendered differently in")
+
+    # the diff's mark decides: a pad token that differs (info) does not absorb an encode error it cannot cause
+    page.goto(f"{server.url}/#/runs/{runs['unexplained']['id']}")
+    behavior = page.locator("tr[data-component=behavior] td").first
+    expect(behavior).to_have_attribute("data-state", "differs", timeout=30_000)
+    expect(page.locator("tr[data-component=special_tokens] [data-evidence]")).to_have_count(0)
 
     # the same renders with other ids (a special token one side lacks): the probes show a tokenizer table's difference
     page.goto(f"{server.url}/#/runs/{runs['special']['id']}")

@@ -102,8 +102,10 @@ def test_a_server_with_the_same_processor_is_same_and_its_fingerprint_matches(to
     assert result["server"] == {"url": result["server"]["url"], "vllm_version": "0.0-standin",
                                 "models": ["standin"], "max_model_len": 512}
     fingerprint = server_fingerprint(result)
-    assert set(fingerprint["components"]) == {"behavior"} and fingerprint["kind"] == "openai_server"
+    assert set(fingerprint["components"]) == {"behavior", "engine_config"} and fingerprint["kind"] == "openai_server"
     assert fingerprint["components"]["behavior"] == fingerprint_processor(tokenizer)["components"]["behavior"]
+    # /v1/models' max_model_len, the one engine setting the API shows
+    assert fingerprint["components"]["engine_config"]["value"] == {"engine": "openai_server", "max_model_len": 512}
 
 
 def test_another_chat_template_is_an_error_named_and_shown(tokenizer, serve) -> None:

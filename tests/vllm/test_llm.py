@@ -209,3 +209,132 @@ def test_served_sampling_includes_the_generation_config_defaults_vllm_filled_in(
             unwatch()
             for monitor in monitors.values():
                 monitor.close()
+
+
+# --------------------------------------------------------------------------- model and engine components
+
+def _trainer_model_fp(model_dir, **config_overrides):  # noqa: ANN001
+    """The trainer side as register_model posts it: the model loaded with transformers."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer_hooks.fingerprint.core import with_components
+    from trainer_hooks.fingerprint.model_config import model_components
+
+    dtype = config_overrides.pop("dtype", torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **config_overrides)
+    return json.loads(json.dumps(with_components(None, *model_components(model))))
+
+
+def _engine_fp(llm):  # noqa: ANN001
+    import json
+
+    from trainer_hooks.fingerprint.core import with_components
+    from trainer_hooks.fingerprint.model_config import model_components
+
+    return json.loads(json.dumps(with_components(None, *model_components(llm))))
+
+
+def test_model_engine_settings_read_from_the_llm(llm):
+    from tests.vllm.conftest import MAX_MODEL_LEN
+
+    comps = _engine_fp(llm)["components"]
+    engine = comps["engine_config"]["value"]
+    cache = llm.llm_engine.vllm_config.cache_config
+    assert (engine["engine"], engine["max_model_len"], engine["enforce_eager"]) == ("vllm", MAX_MODEL_LEN, True)
+    assert engine["prefix_caching"] is cache.enable_prefix_caching and engine["kv_cache_dtype"] == "auto"
+    assert comps["model_config"]["value"]["dtype"] == "float32"
+    assert comps["model_config"]["value"]["rms_norm_eps"] == llm.llm_engine.model_config.hf_config.rms_norm_eps
+    assert comps["lora_adapter"]["value"] is None  # the engine runs without LoRA support
+
+
+def test_model_engine_against_the_trainer_model(llm, tiny_model_dir):
+    """The healthy twin (the trainer loads the same directory in float32) stays below warning; a
+    bf16 trainer is a precision warning; a trainer configured for shorter sequences than the engine
+    serves is a warning on both the config and the engine's max_model_len."""
+    rollout = _engine_fp(llm)
+    healthy = diff_fingerprints(_trainer_model_fp(tiny_model_dir), rollout)
+    assert healthy["verdict"] in ("same", "info"), dump(healthy)
+    assert "model_config" not in [r["name"] for r in healthy["components"]], dump(healthy)
+
+    import torch
+
+    bf16 = diff_fingerprints(_trainer_model_fp(tiny_model_dir, dtype=torch.bfloat16), rollout)
+    assert bf16["verdict"] == "warning", dump(bf16)
+    row = next(r for r in bf16["components"] if r["name"] == "model_config")
+    assert {r["key"] for r in row["detail"]["rows"]} == {"dtype", "lm_head_dtype"}
+
+    shorter = diff_fingerprints(_trainer_model_fp(tiny_model_dir, max_position_embeddings=256), rollout)
+    by_name = {r["name"]: r for r in shorter["components"]}
+    assert by_name["engine_config"]["severity"] == "warning", dump(shorter)
+    assert by_name["engine_config"]["detail"]["rows"][0]["key"] == "max_model_len"
+    assert by_name["model_config"]["severity"] == "warning"
+
+    eps = diff_fingerprints(_trainer_model_fp(tiny_model_dir, rms_norm_eps=1e-5), rollout)
+    assert eps["verdict"] == "error" and eps["components"][0]["name"] == "model_config", dump(eps)
+
+
+class EngineMonitor:
+    """What watch_llm_engine needs of a ParityMonitor: the policy version and component reports."""
+
+    def __init__(self):
+        self.policy_version = 0
+        self.reports = []
+
+    def report_model_components(self, values, env=None):  # noqa: ANN001
+        self.reports.append(values)
+        return True
+
+
+def test_model_engine_prefix_cache_reset_after_sync(llm):
+    from vllm import SamplingParams
+
+    from trainer_hooks.integrations.vllm import watch_llm_engine
+
+    if not llm.llm_engine.vllm_config.cache_config.enable_prefix_caching:
+        pytest.skip("the fixture engine runs without prefix caching")
+    params = SamplingParams(max_tokens=2, temperature=0.0)
+    prompt = [{"role": "user", "content": "Hello world!"}]
+    for reset in (True, False):
+        monitor = EngineMonitor()
+        unwatch = watch_llm_engine(monitor, llm)
+        try:
+            llm.chat(prompt, params)
+            monitor.policy_version = 1  # a weight sync: the worker now serves version 1
+            if reset:
+                llm.reset_prefix_cache()
+            llm.chat(prompt, params)
+        finally:
+            unwatch()
+        engines = [r["engine_config"] for r in monitor.reports if "engine_config" in r]
+        assert engines and engines[-1]["prefix_cache_reset_after_sync"] is reset
+        assert [r["lora_adapter"] for r in monitor.reports if "lora_adapter" in r] == [None]
+        if not reset:
+            trainer = {"fingerprint_version": 1, "digest": "t", "kind": "model", "components": {}}
+            from trainer_hooks.fingerprint.core import with_components
+
+            stale = diff_fingerprints(trainer, with_components(None, {"engine_config": engines[-1]}))
+            assert stale["verdict"] == "warning" and "NVIDIA-NeMo/RL#4018" in stale["components"][0]["summary"]
+
+
+def test_model_engine_lora_request_reads_as_the_trainers_adapter(tmp_path):
+    """The adapter a vLLM request carries (a real LoRARequest over a saved peft adapter) against the
+    trainer's PeftModel: the same adapter (only names and the version differ: info); none -> error."""
+    import peft
+    from vllm.lora.request import LoRARequest
+
+    from tests.fixtures.models import tiny_qwen2
+    from trainer_hooks.fingerprint.core import with_components
+    from trainer_hooks.fingerprint.model_config import model_components, vllm_lora_value
+
+    trainer = peft.get_peft_model(tiny_qwen2(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    trainer.save_pretrained(tmp_path / "adapter")
+    trainer_fp = with_components(None, *model_components(trainer))
+    served = vllm_lora_value(LoRARequest("policy", 3, str(tmp_path / "adapter")))
+    assert (served["r"], served["lora_alpha"], served["name"], served["version"]) == (4, 8, "policy", 3)
+    same = diff_fingerprints(trainer_fp, with_components(trainer_fp, {"lora_adapter": served}))
+    assert same["verdict"] == "info" and {r["key"] for r in same["components"][0]["detail"]["rows"]} == {"name", "version"}
+    missing = diff_fingerprints(trainer_fp, with_components(trainer_fp, {"lora_adapter": vllm_lora_value(None)}))
+    assert missing["verdict"] == "error" and missing["components"][0]["name"] == "lora_adapter"

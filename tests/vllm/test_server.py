@@ -49,7 +49,8 @@ def test_same_processor_server_is_same(vllm_server, hf_tokenizer, sqlite_url, tm
     # the server-built behavior is exactly the local one: the posted digest equals the trainer's
     local = fingerprint_processor(hf_tokenizer)["components"]["behavior"]
     fp = server_fingerprint(result)
-    assert set(fp["components"]) == {"behavior"} and fp["kind"] == "openai_server"
+    assert set(fp["components"]) == {"behavior", "engine_config"} and fp["kind"] == "openai_server"
+    assert fp["components"]["engine_config"]["value"] == {"engine": "openai_server", "max_model_len": 512}
     assert fp["components"]["behavior"]["digest"] == local["digest"]
     group = _parity_of(sqlite_url, tmp_path, hf_tokenizer, result)
     # only behavior is comparable: "info" (the rest is not observable), never "same", never an error

@@ -244,6 +244,10 @@ def rollout_same_as_trainer(api, rid: int) -> list[dict]:
     return wait_for(same, timeout_s=60, what="the rollout compared equal to the trainer")
 
 
+def model_components_of(api, digest: str) -> dict:
+    return api.get(f"/fingerprints/{digest}").json()["components"]
+
+
 def sampling_row(api, rid: int) -> dict:
     return next(c for g in api.get(f"/runs/{rid}/parity").json()["groups"] if g.get("diff")
                 for c in g["diff"]["components"] if c["name"] == "sampling_params")
@@ -270,8 +274,13 @@ def test_a_healthy_verl_run_stays_quiet_and_ends_finished(backend, llm, tiny_mod
     rollout_id = worker.parity_monitor._registry.component.worker_id
     wait_for(lambda: workers(backend, rid).get(rollout_id, {}).get("policy_version") == 1, timeout_s=30,
              what="the rollout's weight version")
-    rollout_same_as_trainer(backend, rid)
+    groups = rollout_same_as_trainer(backend, rid)
     assert open_alerts(backend, rid) == []
+    # both sides registered the model they compute logits with, and it is the same (no row)
+    wait_for(lambda: all("model_config" in model_components_of(backend, d)
+                         for d in (backend.get(f"/runs/{rid}/parity").json()["trainer"]["digest"], groups[0]["digest"])),
+             timeout_s=30, what="the model config on both sides")
+    assert backend.get(f"/runs/{rid}/parity").json()["groups"][0]["verdict"] == "same"
 
     # fit returns: the agent-loop workers' monitors, then the trainer's, close
     trainer.agent_loop_manager = LocalManager(worker)

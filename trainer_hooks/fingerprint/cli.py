@@ -3,23 +3,30 @@
 Run before launching a job, on the local directories the trainer and the rollout workers load.
 Exit codes of ``diff``: 0 same/info, 1 warning, 2 error, 3 could not load an input.
 Also runnable as ``python -m trainer_hooks.fingerprint.cli ...``.
+
+Speed (docs/design.md §4, "The pre-flight CLI's speed"): a folder's fingerprint is cached on disk by content
+(folder_cache.py), and a process the CLI owns loads tokenizer-only inputs with torch hidden.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import diff_fingerprints, fingerprint_processor
+from . import diff_fingerprints, fingerprint_processor, folder_cache
+from .core import with_components
+from .model_config import model_dir_components
 
 EXIT_CODES = {"same": 0, "info": 0, "warning": 1, "error": 2}
 EXIT_LOAD_FAILED = 3
 
 PATH_HELP = ("a local model or tokenizer directory (tokenizer.json / tokenizer_config.json, "
-             "a processor with preprocessor_config.json, or a Mistral tekken.json), a .gguf file, "
+             "a processor with preprocessor_config.json, or a Mistral tekken.json; its config.json and "
+             "adapter_config.json are read too), a .gguf file, "
              "a tekken*.json file, or a fingerprint JSON file written by `fingerprint --json`")
 
 
@@ -37,7 +44,8 @@ def add_fingerprint_commands(subparsers: Any) -> None:
 
     df = subparsers.add_parser(
         "diff", help="compare two tokenizers/processors before launching a job",
-        description="Fingerprint A and B and say whether they tokenize alike.\n"
+        description="Fingerprint A and B and say whether they tokenize alike and, for model directories, whether "
+                    "their config.json / adapter_config.json compute the same logits.\n"
                     "Exit codes: 0 same or info, 1 warning, 2 error, 3 an input could not be loaded.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     df.add_argument("a", metavar="A", help="the trainer side: " + PATH_HELP)
@@ -53,6 +61,9 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
                         help="allow custom tokenizer code shipped in the directory (off by default)")
     parser.add_argument("--tokenizer-only", action="store_true",
                         help="load only the tokenizer even where a multimodal processor exists")
+    parser.add_argument("--no-cache", action="store_true",
+                        help=f"load PATH even when the fingerprint cache holds it (${folder_cache.CACHE_ENV}: "
+                             "the cache directory, or off)")
     parser.add_argument("--chat-template-kwargs", type=_json_object, default=None, metavar="JSON",
                         help='the template variables the run renders prompts with, e.g. \'{"enable_thinking": false}\': '
                              "every chat probe is rendered with them")
@@ -71,16 +82,78 @@ def _json_object(text: str) -> dict:
 # --------------------------------------------------------------------------- loading
 
 def load_fingerprint(path: str, trust_remote_code: bool = False, tokenizer_only: bool = False,
-                     chat_template_kwargs: Any = None) -> dict:
-    """Fingerprint what PATH names, offline; generation_config.json next to it is read too."""
+                     chat_template_kwargs: Any = None, *, use_cache: bool = False) -> dict:
+    """Fingerprint what PATH names, offline; generation_config.json next to it is read too.
+    ``use_cache``: read and write the on-disk cache (folder_cache.py); the result is plain JSON
+    either way, as it would travel."""
     p = Path(path)
+    saved = _saved_fingerprint(p)
+    if saved is not None:
+        return saved
+    # The model's own files (config.json, adapter_config.json) are read as JSON, never cached.
+    model, env = model_dir_components(p) if p.is_dir() else ({}, {})
+    if model and not _has_processor(p):  # a model (or adapter) directory without a tokenizer
+        return with_components(None, model, env)
+    options = {"trust_remote_code": trust_remote_code, "tokenizer_only": tokenizer_only,
+               "chat_template_kwargs": chat_template_kwargs}
+    key = folder_cache.cache_key(p, options) if use_cache else None
+    fp = folder_cache.load(key) if key else None
+    if fp is None:
+        proc = load_processor(p, trust_remote_code, tokenizer_only)
+        fp = fingerprint_processor(proc, model_dir=p if p.is_dir() else p.parent,
+                                   chat_template_kwargs=chat_template_kwargs)
+        fp = json.loads(json.dumps(fp, ensure_ascii=False))  # what a cache hit returns, key order kept
+        if key:
+            folder_cache.store(key, fp)
+    return with_components(fp, model, env) if model else fp
+
+
+def _saved_fingerprint(p: Path) -> dict | None:
+    """A fingerprint JSON file written by `fingerprint --json`, or None when PATH is not one."""
     if p.is_file() and p.suffix == ".json" and not p.name.startswith("tekken"):
         data = json.loads(p.read_text(encoding="utf-8"))
         if isinstance(data, dict) and "fingerprint_version" in data:
             return data
-    proc = load_processor(p, trust_remote_code, tokenizer_only)
-    return fingerprint_processor(proc, model_dir=p if p.is_dir() else p.parent,
-                                 chat_template_kwargs=chat_template_kwargs)
+    return None
+
+
+def hide_torch_for_tokenizer_loads(paths: list[str], tokenizer_only: bool) -> bool:
+    """Make torch look uninstalled before transformers is imported, when every input loads as a
+    tokenizer (or needs no load). transformers then skips its model stack (torch alone takes
+    seconds to import) and a tokenizer loads, encodes and renders exactly as with it
+    (tests/unit/fingerprint/test_cli_speed.py compares the fingerprints). A processor folder keeps
+    torch: its image processor's class depends on torch/torchvision. Only for a process the CLI
+    owns (``main()`` reading sys.argv): the choice holds for the whole process. True when hidden."""
+    if "torch" in sys.modules or "transformers" in sys.modules:
+        return False
+    if not all(_loads_as_tokenizer(Path(p), tokenizer_only) for p in paths):
+        return False
+    sys.modules["torch"] = None  # importlib.util.find_spec("torch") now answers None
+    logging.getLogger("transformers").addFilter(_NoTorchNotice())
+    return True
+
+
+class _NoTorchNotice(logging.Filter):
+    """transformers announces "PyTorch was not found..." on import: true here, and not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("PyTorch was not found")
+
+
+def _loads_as_tokenizer(p: Path, tokenizer_only: bool) -> bool:
+    if p.suffix == ".gguf":
+        return False  # transformers' GGUF conversion: not measured without torch, left as it was
+    if not p.is_dir() or tokenizer_only:
+        return True
+    return not any((p / f).exists() for f in PROCESSOR_FILES)
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
+def _has_processor(p: Path) -> bool:
+    return any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tekken.json", "tokenizer.model",
+                                          "vocab.json", "preprocessor_config.json", "processor_config.json"))
 
 
 def load_processor(p: Path, trust_remote_code: bool = False, tokenizer_only: bool = False) -> Any:
@@ -96,7 +169,7 @@ def load_processor(p: Path, trust_remote_code: bool = False, tokenizer_only: boo
     if not p.is_dir():
         raise FileNotFoundError(f"{p} is not a directory, a .gguf or a tekken .json file")
     kwargs = {"local_files_only": True, "trust_remote_code": trust_remote_code}
-    if not tokenizer_only and any((p / f).exists() for f in ("preprocessor_config.json", "processor_config.json")):
+    if not tokenizer_only and any((p / f).exists() for f in PROCESSOR_FILES):
         return AutoProcessor.from_pretrained(p, **kwargs)
     return AutoTokenizer.from_pretrained(p, **kwargs)
 
@@ -112,8 +185,10 @@ def _tekken_file(p: Path) -> Any:
 # --------------------------------------------------------------------------- commands
 
 def run_fingerprint(args: argparse.Namespace) -> int:
+    _prepare_process(args, [args.path])
     try:
-        fp = load_fingerprint(args.path, args.trust_remote_code, args.tokenizer_only, args.chat_template_kwargs)
+        fp = load_fingerprint(args.path, args.trust_remote_code, args.tokenizer_only, args.chat_template_kwargs,
+                              use_cache=not args.no_cache)
     except Exception as exc:
         print(f"paritywatch: cannot load {args.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_LOAD_FAILED
@@ -122,17 +197,23 @@ def run_fingerprint(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    _prepare_process(args, [args.a, args.b])
     fps = []
     for path in (args.a, args.b):
         try:
             fps.append(load_fingerprint(path, args.trust_remote_code, args.tokenizer_only,
-                                        args.chat_template_kwargs))
+                                        args.chat_template_kwargs, use_cache=not args.no_cache))
         except Exception as exc:
             print(f"paritywatch: cannot load {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_LOAD_FAILED
     result = diff_fingerprints(*fps)
     print(json.dumps(result, ensure_ascii=False) if args.json else format_diff(result, args.a, args.b))
     return EXIT_CODES[result["verdict"]]
+
+
+def _prepare_process(args: argparse.Namespace, paths: list[str]) -> None:
+    if getattr(args, "own_process", False):
+        hide_torch_for_tokenizer_loads(paths, args.tokenizer_only)
 
 
 def format_fingerprint(fp: dict) -> str:
@@ -248,9 +329,12 @@ def _row_text(r: dict) -> str:
 
 
 def main(argv: Any = None) -> int:
+    """``argv`` None: this is the command line, and the process is the CLI's (see
+    hide_torch_for_tokenizer_loads); a list: called from other code, which keeps its imports."""
     parser = argparse.ArgumentParser(prog="paritywatch", description="Paritywatch processor fingerprints")
     add_fingerprint_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
+    args.own_process = argv is None
     return args.func(args)
 
 

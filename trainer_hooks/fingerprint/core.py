@@ -70,3 +70,15 @@ def with_component(fingerprint: dict, name: str, value: Any, env: dict | None = 
     comps[name] = {"digest": sha256_hex(canonical_json(value)), "value": value}
     overall = digest({n: c["digest"] for n, c in comps.items()})
     return {**fingerprint, "digest": overall, "components": comps, "env": {**(fingerprint.get("env") or {}), **(env or {})}}
+
+
+def with_components(fingerprint: dict | None, values: dict, env: dict | None = None, *, kind: str = "model") -> dict:
+    """``fingerprint`` with each component of ``values`` set (see ``with_component``), or, when there
+    is no fingerprint yet, one of kind ``kind`` holding only these components."""
+    values = {name: storable(value) for name, value in values.items()}
+    if fingerprint is None:
+        return assemble(kind, values, dict(env or {}))
+    comps = {n: dict(c) for n, c in fingerprint["components"].items()}
+    comps.update({n: {"digest": sha256_hex(canonical_json(v)), "value": v} for n, v in values.items()})
+    overall = digest({n: c["digest"] for n, c in comps.items()})
+    return {**fingerprint, "digest": overall, "components": comps, "env": {**(fingerprint.get("env") or {}), **(env or {})}}

@@ -14,8 +14,18 @@ the tokens the rollout samples and the trainer scores:
   (sampling.py; "disabled" encodings are normalised before hashing, so they never differ).
 - STRUCTURE components differ -> error if any behavior probe differs, else warning.
 - behavior: a probe that differs -> error; probe sets that differ (other paritywatch versions)
-  while every shared probe matches -> info.
-- A component reported by one side only -> info ("not comparable").
+  while every shared probe matches -> info. When another differing component, at least as
+  severe, explains each differing part of it (a conversation rendered differently: the chat
+  template's; a text encoded differently: a tokenizer table's), the row is that component's
+  evidence, not a finding of its own: it carries ``evidence_of`` {part: component}, and
+  ``findings`` folds it into that component ("chat_template (rendered differently in 3 of 18
+  probe conversations)").
+- A component reported by one side only -> info ("not comparable"); the model components
+  (model_config, lora_adapter) -> no row (optional: not every process registers its model), except
+  engine_config, whose own hazards (a prefix cache not reset after a sync) are judged alone.
+- model_config, lora_adapter, engine_config: field by field (model_effects.py): what changes logits
+  (rope / YaRN factors, norm eps, shapes, an adapter on one side only) -> error; precision (dtype,
+  lm_head dtype, quantization, KV-cache dtype) -> warning; names, kernels -> info.
 - env is never compared; it feeds the likely ``causes`` of a difference.
 """
 from __future__ import annotations
@@ -25,8 +35,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..contract import FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE, FINGERPRINT_TABLES, SAMPLING_PARAMS_COMPONENT
-from . import behavior_diff, effects, sampling
+from ..contract import (ENGINE_CONFIG_COMPONENT, FINGERPRINT_COMPONENT_ORDER, FINGERPRINT_STRUCTURE, FINGERPRINT_TABLES,
+                        LORA_ADAPTER_COMPONENT, MODEL_COMPONENTS, MODEL_CONFIG_COMPONENT, SAMPLING_PARAMS_COMPONENT)
+from . import behavior_diff, effects, model_effects, sampling
 from .canonical import canonical_json
 from .causes import likely_causes
 from .probes import PROBE_CONVERSATIONS, PROBE_TEXTS
@@ -106,6 +117,7 @@ def _diff(a: Any, b: Any) -> dict:
     order = FINGERPRINT_COMPONENT_ORDER
     names = sorted(set(ca) | set(cb), key=lambda n: (order.index(n) if n in order else len(order), n))
     rows = [r for r in (_compare(n, sides) for n in names) if r is not None]
+    _mark_evidence(rows)
     flagged = {r["name"] for r in rows if RANK[r["severity"]] >= RANK["warning"]}
     return _result(rows, likely_causes(a, b, flagged) if flagged else [])
 
@@ -125,17 +137,27 @@ def _version_problem(fp: Any, side: str) -> str:
 
 def _compare(name: str, sides: _Sides) -> Any:
     ca, cb = sides.ca, sides.cb
+    if (name not in ca or name not in cb) and name == ENGINE_CONFIG_COMPONENT:
+        return _judged_row(name, sides)  # one engine's own hazards (a stale prefix cache), against the model
+    if (name not in ca or name not in cb) and name in MODEL_COMPONENTS:
+        return None  # optional: a side that does not register its model (an OpenAI server) is no news
     if name not in ca or name not in cb:
         side = "a" if name in ca else "b"
         later = " yet (a rollout reports them with the requests it serves)" if name == SAMPLING_PARAMS_COMPONENT else ""
         return _row(name, "info", f"only {side} reports {name}{later}: not comparable", {})
     if ca[name]["digest"] == cb[name]["digest"]:
         return None
+    return _judged_row(name, sides)
+
+
+def _judged_row(name: str, sides: _Sides) -> Any:
     try:
         severity, summary, detail = DETAILS.get(name, _generic)(name, sides)
     except Exception as exc:  # a detail must never hide the verdict
         severity = _fallback_severity(name, sides)
         summary, detail = f"{name} differs", {"detail_error": f"{type(exc).__name__}: {exc}"}
+    if severity == "same":  # differs only where nothing changes (e.g. two engines' names)
+        return None
     return _row(name, severity, summary, detail)
 
 
@@ -159,6 +181,72 @@ def _result(rows: list, causes: Any = None) -> dict:
     if causes:
         result["causes"] = causes
     return result
+
+
+# --------------------------------------------------------------------------- behaviour as evidence
+
+# Which components a differing behaviour part can demonstrate, most readable first (frontend
+# diff.js reads the mark and falls back to the same order for diffs stored before it).
+TOKENIZER_TABLES = ("added_tokens", "special_tokens", "vocab", "merges", "normalizer", "pre_tokenizer",
+                    "post_processor", "decoder", "encode_flags", "model_params")
+EXPLAINED_BY = {"chat": ("chat_template",) + TOKENIZER_TABLES, "encode": TOKENIZER_TABLES,
+                "encode_no_special": TOKENIZER_TABLES, "decode": TOKENIZER_TABLES}
+PART_TEXT = {"chat": ("rendered differently in", "probe conversation"),
+             "encode": ("encoded differently in", "probe text"),
+             "encode_no_special": ("encoded differently (without special tokens) in", "probe text"),
+             "decode": ("decoded differently in", "probe text")}
+
+
+def _mark_evidence(rows: list) -> None:
+    """Set ``evidence_of`` on a differing behaviour row: {part: component} when every differing part
+    of it is explained by another differing component as severe (a less severe one would hide the
+    verdict's cause), else {}."""
+    behavior = next((r for r in rows if r["name"] == "behavior"), None)
+    probes = (behavior or {}).get("detail", {}).get("differing_probes")
+    if not probes:
+        return
+    by_name = {r["name"]: r for r in rows}
+    explained = {}
+    for part in probes:
+        by = next((n for n in EXPLAINED_BY.get(part, ()) if n in by_name
+                   and RANK[by_name[n]["severity"]] >= RANK[behavior["severity"]]), None)
+        if by is None:
+            explained = {}  # a difference no other component explains: the behaviour is a finding itself
+            break
+        explained[part] = by
+    behavior["evidence_of"] = explained  # {} says so too (a diff stored before the mark has no key)
+
+
+def findings(result: dict, severity: str | None = None) -> list[tuple[str, str]]:
+    """(component, evidence) of each finding of a diff, at ``severity`` (every one when None):
+    a behaviour row marked ``evidence_of`` is no finding; its counts become the evidence of the
+    components it demonstrates, e.g. ("chat_template", "rendered differently in 3 of 18 probe
+    conversations"); "" when a component has none."""
+    rows = result.get("components") or []
+    evidence: dict[str, list[str]] = {}
+    for row in rows:
+        for part, name in (row.get("evidence_of") or {}).items():
+            evidence.setdefault(name, []).append(_evidence_text(row, part, name, rows))
+    return [(r["name"], "; ".join(evidence.get(r["name"], [])))
+            for r in rows if not r.get("evidence_of") and (severity is None or r.get("severity") == severity)]
+
+
+def findings_text(result: dict, severity: str | None = None) -> str:
+    """ "chat_template (rendered differently in 3 of 18 probe conversations), vocab" """
+    return ", ".join(f"{name} ({why})" if why else name for name, why in findings(result, severity))
+
+
+def _evidence_text(behavior: dict, part: str, component: str, rows: list) -> str:
+    count = len(((behavior.get("detail") or {}).get("differing_probes") or {}).get(part) or [])
+    verb, noun = PART_TEXT.get(part, (f"differ ({part}) in", "probe"))
+    if part == "chat" and component != "chat_template":
+        verb = "tokenized differently in"  # the renders agree; a tokenizer table splits them otherwise
+    of = None
+    if part == "chat" and component == "chat_template":
+        row = next((r for r in rows if r["name"] == component), {})
+        of = ((row.get("detail") or {}).get("renders") or {}).get("compared")
+    total = of if of is not None else count
+    return f"{verb} {count}{f' of {of}' if of is not None else ''} {noun}{'' if total == 1 else 's'}"
 
 
 # --------------------------------------------------------------------------- details
@@ -306,6 +394,15 @@ def _fields(judge: Any, detail: Any = None) -> Any:
     return compare
 
 
+def _engine_config(name: str, sides: _Sides) -> tuple:
+    """Judged against the other side's engine settings, or its model's length when it runs none."""
+    value = lambda comps, n: (comps.get(n) or {}).get("value")  # noqa: E731
+    va, vb = value(sides.ca, name), value(sides.cb, name)
+    severity, summary, rows = model_effects.engine_config(va, vb, value(sides.ca, MODEL_CONFIG_COMPONENT),
+                                                         value(sides.cb, MODEL_CONFIG_COMPONENT))
+    return severity, summary, {"rows": rows}
+
+
 def _generation_eos_values(va: Any, vb: Any) -> dict:
     va, vb = va or {}, vb or {}
     return {"a": va.get("eos"), "b": vb.get("eos"), "pad": [va.get("pad"), vb.get("pad")],
@@ -336,4 +433,7 @@ DETAILS = {"chat_template": _chat_template, "behavior": _behavior, "vocab": _voc
            "sampling_defaults": _fields(lambda va, vb, sides: effects.sampling_defaults(
                va, vb, SAMPLING_PARAMS_COMPONENT in sides.ca and SAMPLING_PARAMS_COMPONENT in sides.cb)),
            **{name: _structure for name in FINGERPRINT_STRUCTURE},
-           SAMPLING_PARAMS_COMPONENT: lambda name, sides: sampling.compare(*sides.values(name))}
+           SAMPLING_PARAMS_COMPONENT: lambda name, sides: sampling.compare(*sides.values(name)),
+           MODEL_CONFIG_COMPONENT: _fields(lambda va, vb, sides: model_effects.model_config(va, vb)),
+           LORA_ADAPTER_COMPONENT: _fields(lambda va, vb, sides: model_effects.lora_adapter(va, vb)),
+           ENGINE_CONFIG_COMPONENT: _engine_config}

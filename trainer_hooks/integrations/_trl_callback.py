@@ -80,7 +80,18 @@ class ParityCallback(TrainerCallback):
                                              chat_template_kwargs=getattr(args, "chat_template_kwargs", None))
         except Exception:  # monitoring must never take the training run down with it
             logger.exception("Paritywatch: could not register the trainer's processor")
+        self._register_model(getattr(model, "module", model))
         self._report_logprob_assumption(args)
+
+    def _register_model(self, model) -> None:
+        """The model the trainer scores with (its config, precision, the peft adapter active)."""
+        register = getattr(self._monitor, "register_model", None)
+        if model is None or not callable(register):
+            return
+        try:
+            register(model)
+        except Exception:
+            logger.exception("Paritywatch: could not register the trainer's model")
 
     def _report_logprob_assumption(self, args) -> None:
         """What TRL's log-prob recompute assumes (GRPO and kin: ``logits / args.temperature``, then

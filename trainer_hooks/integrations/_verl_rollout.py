@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from verl.experimental.agent_loop import AgentLoopManager, AgentLoopWorker
 
+from ._verl_model import rollout_model_components
 from .verl import config_value, monitor_kwargs, require_attrs, served_request_sampling
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,11 @@ class ParityAgentLoopWorkerMixin:
             self._report_request(configured_request_sampling(self.rollout_config))
         except Exception:  # never take the rollout worker down
             logger.exception("Paritywatch: could not register the agent-loop worker's processor")
+        try:
+            self.parity_monitor.report_model_components(rollout_model_components(self, self.rollout_config),
+                                                        {"model_source": SOURCE})
+        except Exception:
+            logger.exception("Paritywatch: could not read the agent-loop worker's model config")
         self._watch_requests()
 
     async def _run_agent_loop(self, sampling_params: Any, trajectory: Any, *args: Any, **kwargs: Any) -> Any:
@@ -98,8 +104,8 @@ class ParityAgentLoopWorkerMixin:
 def rendering_registration(worker: Any) -> dict[str, Any]:
     """``register_processor`` arguments for what an agent-loop worker's loops render prompts with:
     the multimodal processor, else the tokenizer (verl's Continuous Token builder picks the same),
-    ``data.apply_chat_template_kwargs`` and the model's generation config as verl loaded it. (The
-    model/engine config, ``worker.model_config.hf_config``, is the next to pass.)"""
+    ``data.apply_chat_template_kwargs`` and the model's generation config as verl loaded it (the
+    model config goes separately: ``_verl_model.rollout_model_components``)."""
     processor = worker.processor if worker.processor is not None else worker.tokenizer
     data = config_value(worker.config, "data")
     return {"processor": processor, "generation_config": worker.model_config.generation_config,

@@ -71,6 +71,13 @@ class ParityTrainerMixin:
         future = self.parity_monitor.register_processor(**trainer_registration(self))
         self.parity_monitor.report_sampling_params(logprob_assumption(self.config), logprobs_mode="processed",
                                                    source="verl_actor")
+        try:
+            from ._verl_model import trainer_model_components
+
+            self.parity_monitor.report_model_components(
+                trainer_model_components(self.config, model_local_dir(self.config)), {"model_source": "verl_actor"})
+        except Exception:  # the processor registration stands without it
+            logger.exception("Paritywatch: could not read the trainer's model config")
         return future
 
     # ------------------------------------------------------------------ verl's hooks
@@ -157,8 +164,8 @@ class MetricsForwarder:
 
 
 def trainer_registration(trainer: Any) -> dict[str, Any]:
-    """``register_processor`` arguments for a verl trainer after its ``_init_tokenizer``. (The
-    model/engine config, ``actor_rollout_ref.model`` and ``.actor``, is the next to pass.)"""
+    """``register_processor`` arguments for a verl trainer after its ``_init_tokenizer`` (the model
+    config goes separately: ``_verl_model.trainer_model_components``)."""
     processor = trainer.processor if getattr(trainer, "processor", None) is not None else trainer.tokenizer
     data = trainer.config.data
     return {"processor": processor, "generation_config": model_generation_config(trainer.config),
@@ -167,12 +174,18 @@ def trainer_registration(trainer: Any) -> dict[str, Any]:
 
 def model_generation_config(config: Any) -> Any:
     """The model's generation config as verl's ``HFModelConfig`` loads it (``hf_config_path`` or ``path``)."""
-    from verl.utils.fs import copy_to_local
     from verl.utils.model import get_generation_config
 
     model = config.actor_rollout_ref.model
-    local = copy_to_local(model.get("hf_config_path") or model.path, use_shm=model.get("use_shm", False))
-    return get_generation_config(local, trust_remote_code=model.get("trust_remote_code", False))
+    return get_generation_config(model_local_dir(config), trust_remote_code=model.get("trust_remote_code", False))
+
+
+def model_local_dir(config: Any) -> str:
+    """The local copy of the model's config directory, as verl's ``HFModelConfig`` makes it."""
+    from verl.utils.fs import copy_to_local
+
+    model = config.actor_rollout_ref.model
+    return copy_to_local(model.get("hf_config_path") or model.path, use_shm=model.get("use_shm", False))
 
 
 def parity_trainer_class(base: type) -> type:

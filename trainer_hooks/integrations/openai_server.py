@@ -21,7 +21,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract import SAMPLING_PARAM_KEYS
+from ..contract import ENGINE_CONFIG_COMPONENT, SAMPLING_PARAM_KEYS
 from ..fingerprint import diff_fingerprints
 from ..fingerprint.components import generation_config_dict, tokenizer_behavior, unwrap
 from ..fingerprint.core import assemble
@@ -259,13 +259,19 @@ def server_fingerprint(check: Mapping[str, Any]) -> dict[str, Any]:
     chat template text, generation eos ids, sampling defaults...) is absent, which the diff and
     the backend read as "not comparable" (info), never as "same". So the backend's parity verdict
     against the trainer is ``error`` when the server behaves differently on the probes, and
-    ``info`` (never ``same``) when it agrees on them. ``kind`` is ``"openai_server"``.
+    ``info`` (never ``same``) when it agrees on them. ``kind`` is ``"openai_server"``. The one
+    engine setting the API shows, ``/v1/models``' ``max_model_len``, is an ``engine_config``
+    component (judged against the trainer model's ``max_position_embeddings``).
     """
     env = {"class": "OpenAIServer", "kind": SERVER_KIND, "observed_via": ["/tokenize", "/detokenize"],
            **{k: v for k, v in dict(check.get("server") or {}).items() if k in ("url", "vllm_version", "models")}}
     if check.get("chat_template_kwargs"):
         env["chat_template_kwargs"] = dict(check["chat_template_kwargs"])
-    return assemble(SERVER_KIND, {"behavior": check["server_behavior"]}, env)
+    values = {"behavior": check["server_behavior"]}
+    max_model_len = (check.get("server") or {}).get("max_model_len")
+    if isinstance(max_model_len, int):  # the one engine setting /v1/models shows
+        values[ENGINE_CONFIG_COMPONENT] = {"engine": SERVER_KIND, "max_model_len": max_model_len}
+    return assemble(SERVER_KIND, values, env)
 
 
 def post_openai_server_check(monitor: Any, check: Mapping[str, Any], *, step: int | None = None) -> bool:

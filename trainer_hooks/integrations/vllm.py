@@ -13,6 +13,7 @@ Rollout worker with an in-process engine (``vllm.LLM``)::
     monitor = ParityMonitor(run="grpo-qwen", side="rollout", url=PARITYWATCH_URL)
     register_llm(monitor, llm)          # the tokenizer AND generation config the engine really uses
     watch_llm_sampling(monitor, llm)    # reports what every request is served with, log-prob mode too
+    watch_llm_engine(monitor, llm)      # the LoRA adapter requests carry, prefix-cache resets after syncs
     outputs = llm.chat(conversations, SamplingParams(logprobs=0, max_tokens=256))
     records = records_from_request_outputs(outputs, messages=conversations, policy_version=version)
     monitor.log_rollout_batch(records, processor=trainer_processor)   # or ship records to the trainer
@@ -43,11 +44,13 @@ from .. import contract
 from ..contract import SAMPLING_PARAM_KEYS
 from ..fingerprint.components import SAMPLING_KEYS
 from ..fingerprint.sampling import read_params
+from ._vllm_engine import watch_llm_engine
 from .openai_server import SERVER_KIND, check_openai_server, post_openai_server_check, server_fingerprint
 
 __all__ = ["SERVER_KIND", "check_openai_server", "commit_weight_attestation", "install_weight_attestation",
            "llm_generation_config", "post_openai_server_check", "records_from_request_outputs", "register_llm",
-           "report_served_sampling", "served_sampling_params", "server_fingerprint", "watch_llm_sampling"]
+           "report_served_sampling", "served_sampling_params", "server_fingerprint", "watch_llm_engine",
+           "watch_llm_sampling"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +103,15 @@ def register_llm(monitor: Any, llm: Any) -> Any:
 
     Fingerprints ``llm.get_tokenizer()`` (vLLM's cached tokenizer wrapper, exactly as the engine
     renders and detokenizes with it) together with the generation config the engine applies
-    (``llm_generation_config``). Returns what ``monitor.register_processor`` returns (a Future of
-    the fingerprint for ParityMonitor)."""
+    (``llm_generation_config``), and the model and engine the logits come from (``register_model``:
+    hf_config with hf_overrides, dtype, quantization, max_model_len, eager, prefix caching...).
+    Returns what ``monitor.register_processor`` returns (a Future of the fingerprint for ParityMonitor)."""
     tokenizer = llm.get_tokenizer() if callable(getattr(llm, "get_tokenizer", None)) else llm
-    return monitor.register_processor(tokenizer, generation_config=llm_generation_config(llm))
+    registered = monitor.register_processor(tokenizer, generation_config=llm_generation_config(llm))
+    register_model = getattr(monitor, "register_model", None)
+    if callable(register_model) and _model_config(llm) is not None:
+        register_model(llm)  # after: it joins the processor's fingerprint (one post), never posted alone first
+    return registered
 
 
 # --------------------------------------------------------------------------- served sampling parameters

@@ -5,7 +5,7 @@ from __future__ import annotations
 from paritywatch.backend.alerts import lifecycle, run_state
 from paritywatch.backend.detect.detectors import Detector
 from paritywatch.backend.detect.parity import (MATCH_AGAIN, bounded_diff, compute_parity, diff_cached,
-                                               diff_is_cached, differing_components, mismatch_alerts,
+                                               diff_is_cached, differing_components, evidence_of_findings, mismatch_alerts,
                                                mismatch_pause_reason, mismatch_title)
 from paritywatch.backend.store import fingerprints as fp_store
 from paritywatch.backend.store import jobs as job_store
@@ -62,7 +62,8 @@ class ParityDetector(Detector):
                     "reference_component_id": ref.id,
                     "component_ids": [c.id for c in members],
                     "worker_ids": [c.worker_id for c in members],
-                    "components": names, "diff": bounded_diff(group.diff, self.settings.max_alert_detail_bytes),
+                    "components": names, "evidence": evidence_of_findings(group.diff, group.verdict),
+                    "diff": bounded_diff(group.diff, self.settings.max_alert_detail_bytes),
                 }
                 before = lifecycle.open_alert(s, run_id, key)
                 escalates = before is None or before.severity != "error"  # new, or a warning that became an error

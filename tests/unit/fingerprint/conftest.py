@@ -29,6 +29,21 @@ def chatml_dir(tmp_path):
 
 
 @pytest.fixture
+def model_specific_dir(chatml_dir, tmp_path):
+    """The same tokenizer files, plus a config.json naming a model_type and no tokenizer_class: transformers
+    then loads Qwen2Tokenizer, which builds its own pre-tokenizer instead of tokenizer.json's."""
+    import json
+    import shutil
+
+    path = shutil.copytree(chatml_dir, tmp_path / "with-config")
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config.pop("tokenizer_class", None)
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture
 def fp():
     """fp(obj, **kw): a fingerprint, forced fresh, JSON round-tripped as it would travel."""
     import json

@@ -3,25 +3,10 @@ behaviour rows as token strings aligned at the first differing id."""
 from __future__ import annotations
 
 import json
-import shutil
-
-import pytest
 
 from conftest import builders
 from trainer_hooks.fingerprint import diff_fingerprints
 from trainer_hooks.fingerprint.cli import format_diff
-
-
-@pytest.fixture
-def model_specific_dir(chatml_dir, tmp_path):
-    """The same tokenizer files, plus a config.json naming a model_type and no tokenizer_class: transformers
-    then loads Qwen2Tokenizer, which builds its own pre-tokenizer instead of tokenizer.json's."""
-    path = shutil.copytree(chatml_dir, tmp_path / "with-config")
-    (path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    config = json.loads((path / "tokenizer_config.json").read_text())
-    config.pop("tokenizer_class", None)
-    (path / "tokenizer_config.json").write_text(json.dumps(config))
-    return path
 
 
 def _row(result, name):
