@@ -11,6 +11,14 @@ from typing import Iterable
 from paritywatch.backend.store.attestations import Attested
 
 FIRST_TENSORS = 10  # tensor names an alert lists (the counts cover all)
+# Alert kinds of weight attestation, and what resolves them when their condition is gone.
+WEIGHT_ALERTS = {
+    "weights_mismatch": "the worker attested the trainer's weights again (or it closed)",
+    "weights_stale": "the worker caught up with the trainer's weights (or it closed)",
+    "weights_backwards": "the worker is back on current weights (or it closed)",
+}
+MISMATCH_WHY = ("the rollout worker generates with other weights than the trainer computes log-probs with: "
+                "the importance ratios and the policy gradient are silently wrong")
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,32 @@ def mismatch_title(worker: Attested, diff: dict) -> str:
     where = ", ".join(names) + (f" and {more} more" if more > 0 else "")
     return (f"rollout {worker.worker_id} holds different weights than the trainer for version {worker.version}: "
             f"{where or 'extra tensors only'}")
+
+
+def describe_mismatch(finding: Finding, reference_tensors: list[dict], worker_tensors: list[dict]) -> None:
+    """Fill a weights_mismatch finding's title and detail with the tensors that differ (the caller
+    reads the tensor lists of mismatching workers only)."""
+    diff = compare_tensors(reference_tensors, worker_tensors)
+    worker, reference = finding.worker, finding.reference
+    finding.title = mismatch_title(worker, diff)
+    finding.detail = {
+        "why": MISMATCH_WHY,
+        "version": worker.version, "trainer_digest": reference.digest, "worker_digest": worker.digest,
+        "trainer_component_id": reference.component_id,
+        "trainer_attestation_id": reference.id, "worker_attestation_id": worker.id,
+        "differing_tensors": diff["differing"] + diff["missing"][: max(0, FIRST_TENSORS - len(diff["differing"]))],
+        "tensors": diff,
+    }
+
+
+def alert_key(finding: Finding) -> str:
+    """One open alert per rollout process and kind."""
+    return f"{finding.kind}:{finding.worker.component_id}"
+
+
+def pause_reason(finding: Finding) -> str:
+    """Why a weights mismatch paused the run, as its control state shows it."""
+    return f"weights mismatch: {finding.title}"
 
 
 def check_worker(trainers: list[Attested], worker: Attested, now: datetime, policy: AttestPolicy) -> list[Finding]:

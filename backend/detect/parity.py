@@ -10,7 +10,7 @@ from threading import Lock
 
 from paritywatch.backend.models import Component
 from trainer_hooks.contract import LATE_FINGERPRINT_COMPONENTS, SAMPLING_PARAMS_COMPONENT
-from trainer_hooks.fingerprint.diff import RANK, findings
+from trainer_hooks.fingerprint.diff import RANK, findings, findings_text
 
 _DIFF_CACHE: "OrderedDict[tuple[str, str], dict]" = OrderedDict()
 _DIFF_LOCK = Lock()
@@ -69,11 +69,11 @@ def bounded_diff(diff: dict, max_bytes: int) -> dict:
     return out
 
 
-def _json_size(value) -> int:  # noqa: ANN001
+def _json_size(value) -> int:
     return len(json.dumps(value, ensure_ascii=False, default=str).encode())
 
 
-def _longest(value, kind: type, floor: int):  # noqa: ANN001, ANN202
+def _longest(value, kind: type, floor: int):
     """(container, key) of the longest value of `kind` still longer than `floor` (a cut string
     ends with CUT_MARK and counts by what is left of it), or None."""
     best, best_len = None, floor
@@ -188,3 +188,20 @@ def sampling_why(diff: dict, names: list[str]) -> str:
         return ""
     row = next((c for c in diff.get("components", []) if c.get("name") == SAMPLING_PARAMS_COMPONENT), {})
     return f": {row['summary']}" if row.get("summary") else ""
+
+
+MATCH_AGAIN = "processors match again"  # the note of a processor_mismatch alert that resolved itself
+
+
+def mismatch_title(members: list[Component], reference: Component, diff: dict, verdict: str) -> str:
+    """A processor_mismatch alert's title: how many workers differ from the reference, in which
+    components (with sampling parameters, what differs and why it matters)."""
+    names = differing_components(diff, verdict)
+    named = findings_text(diff, verdict) or "fingerprint"  # the names, with what the probes show of each
+    return (f"{len(members)} {members[0].side} worker(s) differ from the "
+            f"{reference.side} in {named}{sampling_why(diff, names)}")
+
+
+def mismatch_pause_reason(diff: dict, verdict: str) -> str:
+    """Why the run was paused, as its control state shows it."""
+    return f"processor mismatch: {findings_text(diff, verdict)}"

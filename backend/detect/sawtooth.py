@@ -86,7 +86,7 @@ def assess(values: np.ndarray, window: int, min_score: float, blocks: int = DEFA
     return SawtoothResult(teeth, score, noise, len(values))
 
 
-def _teeth(medians: np.ndarray, unit: float, min_score: float, window: int, offset: int):  # noqa: ANN202
+def _teeth(medians: np.ndarray, unit: float, min_score: float, window: int, offset: int):
     start, b = 0, 1
     while b < len(medians):
         after_block = _fall_to(medians, b, unit * min_score)

@@ -11,8 +11,9 @@ spike moves nothing. Two shifts are measured, both in the rule's direction:
 
 Each shift is scaled by the noise of a block median: the points' spread inside blocks (MAD of
 each point's distance to its block's median, the median over blocks), times the standard error of
-a median of `window` points, widened for the lag-1 autocorrelation training metrics usually have. The score is shift / (noise * sqrt 2), a robust z-score; the rule breaches when it
-reaches the rule's threshold and the shift is at least `min_change`.
+a median of `window` points, widened for the lag-1 autocorrelation training metrics usually have.
+The score is shift / (noise * sqrt 2), a robust z-score; the rule breaches when it reaches the
+rule's threshold and the shift is at least `min_change`.
 
 Pure: numbers in, a verdict out; the engine reads the points and keeps the alert state.
 """

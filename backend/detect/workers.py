@@ -54,7 +54,7 @@ def lag(side: str, version: int | None, trainer_version: int | None) -> int | No
     return trainer_version - version
 
 
-def alerts_by_component(alerts, components) -> dict[int, list]:  # noqa: ANN001
+def alerts_by_component(alerts, components) -> dict[int, list]:
     """Open alerts that concern a process: its heartbeat_lost, and the processor_mismatch of
     its fingerprint (the processes the alert lists; or, for an alert without that list, those
     whose digest its key names). Run-wide alerts (metric rules) concern no single process."""
@@ -113,7 +113,7 @@ def rank_outliers(points: dict[int, tuple[np.ndarray, np.ndarray]], top: int) ->
     return [Outlier(ids[i], round(float(scores[i]), 3), float(means[i]), int(len(points[ids[i]][0]))) for i in order], median
 
 
-def all_points(parts: dict) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+def all_points(parts: dict) -> tuple[np.ndarray, np.ndarray]:
     """Every point of a per-worker split (the unattributed ones too), for the aggregate."""
     if not parts:
         return np.empty(0, np.int64), np.empty(0, np.float64)

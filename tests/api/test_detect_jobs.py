@@ -8,7 +8,7 @@ import threading
 import pytest
 from sqlalchemy import func, select
 
-from paritywatch.backend.detect import engine as engine_module
+from paritywatch.backend.detect.detectors import parity as parity_detector
 from paritywatch.backend.main import create_app
 from paritywatch.backend.models import DetectJob, RuleState
 from paritywatch.backend.settings import Settings
@@ -138,7 +138,7 @@ def test_two_concurrent_fingerprint_posts_never_resolve_each_others_alert(api, a
            for side, w in [("trainer", "t"), ("rollout", "a"), ("rollout", "b")]}
     api.post(f"/api/v1/runs/{run_id}/components/{ids['t']}/fingerprint", json=fingerprint("ref"))
     prepared, release = threading.Event(), threading.Event()
-    real = engine_module.DetectionEngine._warm_diffs
+    real = parity_detector.ParityDetector._warm_diffs
     calls = []
 
     def slow_first(self, rid):
@@ -148,7 +148,7 @@ def test_two_concurrent_fingerprint_posts_never_resolve_each_others_alert(api, a
             prepared.set()
             assert release.wait(30)
 
-    monkeypatch.setattr(engine_module.DetectionEngine, "_warm_diffs", slow_first)
+    monkeypatch.setattr(parity_detector.ParityDetector, "_warm_diffs", slow_first)
     posted_a = []
     thread = threading.Thread(target=lambda: posted_a.append(
         api.post(f"/api/v1/runs/{run_id}/components/{ids['a']}/fingerprint", json=fingerprint("x"))))

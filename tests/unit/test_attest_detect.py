@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from paritywatch.backend.detect import attest as attest_logic
 from paritywatch.backend.detect.attest import AttestPolicy, check_worker, compare_tensors, reference_for, verdict
 from paritywatch.backend.store.attestations import Attested
 
@@ -74,3 +75,19 @@ def test_compare_tensors_names_differing_missing_and_extra_in_the_trainers_order
     diff = compare_tensors(ref, worker)
     assert (diff["differing"], diff["missing"], diff["extra"]) == (["b", "d"], ["c"], ["e"])
     assert diff["shape_or_dtype"] == ["d"] and diff["compared"] == 3
+
+
+def test_a_weights_mismatch_is_described_by_its_tensors_without_a_database():
+    """The alert's texts are the pure module's: the title names the differing tensors and counts the
+    rest (here b, missing), the detail lists both and says why it matters, the dedup key is per
+    process and kind."""
+    trainer, worker = att("trainer", 4), att("rollout", 4, "x", cid=9)
+    (finding,) = check_worker([trainer], worker, T0, POLICY)
+    ref = [{"name": n, "digest": n, "dtype": "bfloat16", "shape": [2]} for n in ("a", "b", "c")]
+    attest_logic.describe_mismatch(finding, ref, [{**ref[0], "digest": "X"}, ref[2]])
+    assert finding.title == ("rollout rollout9 holds different weights than the trainer for version 4: a and 1 more")
+    assert finding.detail["differing_tensors"] == ["a", "b"] and finding.detail["why"] == attest_logic.MISMATCH_WHY
+    assert (finding.detail["trainer_attestation_id"], finding.detail["worker_attestation_id"]) == (trainer.id, worker.id)
+    assert attest_logic.alert_key(finding) == "weights_mismatch:9"
+    assert attest_logic.pause_reason(finding) == f"weights mismatch: {finding.title}"
+    assert set(attest_logic.WEIGHT_ALERTS) == {"weights_mismatch", "weights_stale", "weights_backwards"}

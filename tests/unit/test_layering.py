@@ -17,10 +17,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("paritywatch.backend.store",),  # all SQL
     ("paritywatch.backend.detect",),  # pure detection: rules and the fingerprint verdict
     ("paritywatch.backend.alerts", "paritywatch.backend.webhooks", "paritywatch.backend.auth"),  # alert lifecycle, delivery, identities
-    ("paritywatch.backend.detect.engine", "paritywatch.backend.janitor", "paritywatch.backend.control_watch",
-     "paritywatch.backend.live"),  # workers
+    ("paritywatch.backend.detect.engine", "paritywatch.backend.detect.detectors", "paritywatch.backend.janitor",
+     "paritywatch.backend.control_watch", "paritywatch.backend.live"),  # workers
     ("paritywatch.backend.api", "paritywatch.backend.schemas", "paritywatch.backend.middleware"),  # HTTP
-    ("paritywatch.backend.main", "paritywatch.backend.cli", "paritywatch.backend.api.access_table"),  # the application and its tools
+    ("paritywatch.backend.main", "paritywatch.backend.cli", "paritywatch.backend.serving",
+     "paritywatch.backend.api.access_table"),  # the application and its tools
 )
 
 
@@ -99,6 +100,28 @@ def test_every_layer_in_the_test_is_written_in_the_design_document() -> None:
     design = (ROOT / "docs" / "design.md").read_text()
     missing = [prefix for prefixes in LAYERS for prefix in prefixes if f"`{prefix}`" not in design]
     assert not missing, f"docs/design.md does not name these layers: {missing}"
+
+
+# The detectors (backend/detect/detectors/) read and write through the store; the modules that
+# decide what rows mean (parity, attest, audits, rules, trend, sawtooth, ...) take the rows as
+# arguments and never reach a database themselves.
+DATABASE_ACCESS = ("sqlalchemy", "paritywatch.backend.db")
+
+
+def database_imports(source: str, module: str) -> list[str]:
+    return [f"{module}:{line} imports {target}" for line, target in imported_modules(source, module)
+            if any(target == home or target.startswith(home + ".") for home in DATABASE_ACCESS)]
+
+
+def test_the_pure_detection_modules_reach_no_database() -> None:
+    pure = [(module, path) for module, path in backend_modules()
+            if layer_of(module) == layer_of("paritywatch.backend.detect")]
+    assert {"paritywatch.backend.detect.parity", "paritywatch.backend.detect.attest",
+            "paritywatch.backend.detect.audits", "paritywatch.backend.detect.rules"} <= {m for m, _ in pure}
+    problems = [problem for module, path in pure for problem in database_imports(path.read_text(), module)]
+    assert not problems, "a pure detection module reaches the database:\n" + "\n".join(problems)
+    assert database_imports("from paritywatch.backend.db import Database\n", "paritywatch.backend.detect.parity")
+    assert database_imports("def f():\n    from sqlalchemy.orm import Session\n", "paritywatch.backend.detect.rules")
 
 
 # Where SQL may be written: the store, and the engine/session and schema modules under it.
