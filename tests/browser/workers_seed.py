@@ -54,15 +54,20 @@ def seed_workers_run(base_url: str, name: str, workers: int = 511, *, token: str
         ids = {"trainer-0": post(f"/runs/{run_id}/components", {"side": "trainer", "worker_id": "trainer-0",
                                                                  "host": "trainer-node", "pid": 1000})["id"]}
         _fingerprint(http, run_id, ids["trainer-0"], good)
-        post(f"/runs/{run_id}/components/{ids['trainer-0']}/heartbeat",
-             {"policy_version": TRAINER_VERSION, "points_per_s": 420.0})
         for i in range(workers):
             worker = worker_name(i)
             cid = ids[worker] = post(f"/runs/{run_id}/components", {"side": "rollout", "worker_id": worker,
                                                                     "host": f"gpu-node-{i // 8:02d}", "pid": 2000 + i})["id"]
             _fingerprint(http, run_id, cid, bad if worker == DIFFERENT else good)
+        # Every heartbeat after every registration: each process's last one is then as recent as the
+        # seed allows (registering 512 processes and their fingerprints took over a minute on a
+        # loaded CI machine, longer than the heartbeat timeout, and the first ones read as lost).
+        post(f"/runs/{run_id}/components/{ids['trainer-0']}/heartbeat",
+             {"policy_version": TRAINER_VERSION, "points_per_s": 420.0})
+        for i in range(workers):
+            worker = worker_name(i)
             version = TRAINER_VERSION - 9 if worker == LAGGING else TRAINER_VERSION - (i % 2)
-            post(f"/runs/{run_id}/components/{cid}/heartbeat",
+            post(f"/runs/{run_id}/components/{ids[worker]}/heartbeat",
                  {"policy_version": version, "samples_per_s": round(6 + 2 * math.sin(i), 2), "points_per_s": 40.0})
         if CLOSED in ids:
             post(f"/runs/{run_id}/components/{ids[CLOSED]}/close", {"reason": "scaled down"})
