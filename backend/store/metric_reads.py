@@ -62,14 +62,14 @@ def _ceil_div(a: int, b: int) -> int:
 def plan_buckets(lo: int, hi: int, points: int) -> BucketPlan:
     """Choose bucket width and roll-up level for `points` buckets over steps [lo, hi]."""
     end = hi + 1
-    wanted = max(1, -(-(end - lo) // points))
+    wanted = max(1, _ceil_div(end - lo, points))
     level = max((lv for lv in ROLLUP_LEVELS if rollup_width(lv) <= wanted), default=0)
     unit = rollup_width(level) if level else 1
     origin = (lo // unit) * unit
     width = _ceil_div(_ceil_div(end - origin, points), unit) * unit
     if not level:
         return BucketPlan(lo, width, 0, (lo, lo), [(lo, end)])
-    a = -(-lo // unit) * unit
+    a = _ceil_div(lo, unit) * unit
     b = (end // unit) * unit
     if a >= b:
         return BucketPlan(origin, width, 0, (lo, lo), [(lo, end)])
@@ -82,10 +82,10 @@ def plan_from_rollups(lo: int, hi: int, points: int) -> BucketPlan:
     at least 16 steps wide, the range widened to the roll-up grid at both ends (the first and
     last bucket may hold points just outside [lo, hi])."""
     end = hi + 1
-    wanted = max(ROLLUP_BASE, -(-(end - lo) // points))
+    wanted = max(ROLLUP_BASE, _ceil_div(end - lo, points))
     level = max(lv for lv in ROLLUP_LEVELS if rollup_width(lv) <= wanted)
     unit = rollup_width(level)
-    a, b = (lo // unit) * unit, -(-end // unit) * unit
+    a, b = (lo // unit) * unit, _ceil_div(end, unit) * unit
     width = _ceil_div(_ceil_div(b - a, points), unit) * unit
     return BucketPlan(a, width, level, (a, b), [])
 
