@@ -96,6 +96,13 @@ class Database:
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
+        if self._write_lock is None:
+            self._write_sessions = self._sessions
+        else:  # BEGIN IMMEDIATE, under the process's write lock, at the session's first statement
+            self._write_sessions = sessionmaker(self.engine.execution_options(sqlite_begin="IMMEDIATE"),
+                                                expire_on_commit=False)
+            event.listen(self._write_sessions, "after_transaction_create", self._lock_writer)
+            event.listen(self._write_sessions, "after_transaction_end", self._unlock_writer)
         self._group: _GroupWriter | None = None
         self._group_init = threading.Lock()
 
@@ -106,15 +113,24 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """One transaction, committed on success, rolled back whole on any error."""
-        if self._write_lock is None:
-            with self._sessions.begin() as session:
-                yield session
-            return
-        with self._write_lock:
-            with self._sessions.begin() as session:
-                session.connection(execution_options={"sqlite_begin": "IMMEDIATE"})
-                yield session
+        """One transaction, committed on success, rolled back whole on any error.
+
+        It begins at the session's first statement, not here: on SQLite the process's write lock
+        and BEGIN IMMEDIATE are taken then and held to the commit, so what a caller does before
+        its first statement (validating a body, hashing it, resolving a webhook's host) never
+        holds the single writer."""
+        with self._write_sessions() as session:
+            yield session
+            if session.in_transaction():
+                session.commit()
+
+    def _lock_writer(self, _session: Session, transaction) -> None:
+        if transaction.parent is None:  # the outer transaction; SAVEPOINTs nest inside it
+            self._write_lock.acquire()
+
+    def _unlock_writer(self, _session: Session, transaction) -> None:
+        if transaction.parent is None:
+            self._write_lock.release()
 
     def run_raw(self, job: Callable[[Any], Any]) -> Any:
         """Run `job(cursor)` on a driver cursor, all or nothing, and return its result once

@@ -1,6 +1,8 @@
 """What a committed write sets off: long-polls of a run's control wake, the notifier looks at its
-groups, the dispatcher sends outbox rows. Code inside the transaction records what it changed
-(`wakeups(s)`); `Effects.write` fires the wake-ups only once the transaction has committed.
+groups, the dispatcher sends outbox rows, and whatever else the caller asked to run once its
+writes are visible (`after_commit`: a route's detection of what it stored, a rules cache to
+forget). Code inside the transaction records what it changed (`wakeups(s)`); `Effects.write`
+fires the wake-ups only once the transaction has committed.
 It also carries what payloads need from the settings (the dashboard's public URL)."""
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ class Wakeups:
     control_runs: dict[int, dict] = field(default_factory=dict)  # run id -> its new control state
     notify: bool = False  # a notification group is due
     outbox: bool = False  # a delivery row was written
+    after: list[Callable[[], None]] = field(default_factory=list)  # run once committed, in order
+
+    def pending(self) -> bool:
+        return bool(self.control_runs or self.notify or self.outbox or self.after)
 
 
 class Effects:
@@ -52,6 +58,8 @@ class Effects:
             self.on_notify()
         if wake.outbox:
             self.on_outbox()
+        for fn in wake.after:
+            fn()
 
     def run_url(self, run_id: int) -> str:
         return f"{self.public_url}/#/runs/{run_id}"
@@ -62,6 +70,16 @@ _DEFAULT = Effects()
 
 def effects_of(s: Session) -> Effects:
     return s.info.get(_KEY, (_DEFAULT, None))[0]
+
+
+def after_commit(s: Session, fn: Callable[[], None]) -> None:
+    """Run `fn` once `s`'s transaction has committed (never if it rolls back): what must see the
+    writes (an evaluation reading them in its own transaction) or must not run before them (a
+    cache that could reload the old rows)."""
+    entry = s.info.get(_KEY)
+    if entry is None:
+        raise RuntimeError("after_commit needs a session opened by Effects.write")
+    entry[1].after.append(fn)
 
 
 def wakeups(s: Session) -> Wakeups:

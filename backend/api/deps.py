@@ -8,17 +8,20 @@ before it reads any request body, so an unauthenticated or under-scoped caller c
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager
+from typing import Annotated, Any, AsyncIterator, Callable, Iterator
 
 from fastapi import Depends, Header, Request
 from fastapi.exceptions import HTTPException
 from starlette.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 from starlette.routing import Mount, Route, compile_path
 
-from paritywatch.backend.alerts.effects import Effects
+from paritywatch.backend.alerts.effects import Effects, wakeups
 from paritywatch.backend.alerts.notifier import Notifier
 from paritywatch.backend.auth import OpenMode, Principal
 from paritywatch.backend.control_watch import ControlWatcher
@@ -55,6 +58,45 @@ def app_service(name: str) -> Callable[[Request], Any]:
         return getattr(request.app.state, name)
     service.__name__ = f"get_{name}"
     return service
+
+
+# --- the answer's transaction (docs/design.md, "The store and its transactions") ---
+
+
+@asynccontextmanager
+async def _transaction(opened: AbstractContextManager[Session]) -> AsyncIterator[Session]:
+    """The session of one answer, its transaction closed before the answer is sent (the
+    dependencies are declared with scope="function": FastAPI's default closes them after
+    sending, so a failed commit would follow a 200). The session begins at its first
+    statement, so a route that awaits first (a long poll) holds no transaction while it waits.
+    Entering opens nothing; committing or closing one that ran a statement is I/O, done on the
+    thread pool; one that never ran any (a heartbeat of a live process) closes on the loop."""
+    s = opened.__enter__()
+    failure: tuple = (None, None, None)
+    try:
+        yield s
+    except BaseException:
+        failure = sys.exc_info()
+        raise
+    finally:
+        if s.in_transaction() or wakeups(s).pending():
+            await run_in_threadpool(opened.__exit__, *failure)
+        else:
+            opened.__exit__(*failure)
+
+
+async def read_session(request: Request) -> AsyncIterator[Session]:
+    """One read transaction for the answer (SQLite: DEFERRED, beside the writer)."""
+    async with _transaction(request.app.state.db.read()) as s:
+        yield s
+
+
+async def write_session(request: Request) -> AsyncIterator[Session]:
+    """One write transaction for the answer, committed before it is sent; its wake-ups and
+    `after_commit` calls run once it has committed (backend/alerts/effects.py)."""
+    state = request.app.state
+    async with _transaction(state.effects.write(state.db)) as s:
+        yield s
 
 
 @dataclass(frozen=True)
@@ -193,6 +235,8 @@ def access_for(app, method: str, path: str) -> Access:
 
 
 DbDep = Annotated[Database, Depends(get_db)]
+ReadSession = Annotated[Session, Depends(read_session, scope="function")]
+WriteSession = Annotated[Session, Depends(write_session, scope="function")]
 MetricsDep = Annotated[MetricStore, Depends(get_metric_store)]
 SettingsDep = Annotated[Settings, Depends(app_service("settings"))]
 EffectsDep = Annotated[Effects, Depends(app_service("effects"))]

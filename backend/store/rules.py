@@ -4,7 +4,6 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
 from paritywatch.backend.errors import Invalid
 from paritywatch.backend.models import Rule, RuleSeriesState, RuleState, Run
 from paritywatch.backend.store.rows import get_or_404
@@ -17,23 +16,21 @@ def _applies_to(run_id: int, project: str | None):
     return (Rule.run_id == run_id) | ((Rule.run_id.is_(None)) & (Rule.project == project))
 
 
-def rules_of_run(db: Database, run_id: int) -> list[Rule]:
+def rules_of_run(s: Session, run_id: int) -> list[Rule]:
     """The run's own rules and its project's, oldest first."""
-    with db.read() as s:
-        run = get_run(s, run_id)
-        return list(s.scalars(select(Rule).where(_applies_to(run_id, run.project)).order_by(Rule.id)))
+    run = get_run(s, run_id)
+    return list(s.scalars(select(Rule).where(_applies_to(run_id, run.project)).order_by(Rule.id)))
 
 
-def watched_keys(db: Database, run_id: int) -> tuple[set[str], set[str]]:
+def watched_keys(s: Session, run_id: int) -> tuple[set[str], set[str]]:
     """Metric keys the enabled rules of the run (or of its project) watch: (as they are, base keys
     of per-worker rules, whose `<worker>/<key>` series they watch too)."""
     exact: set[str] = set()
     per_worker: set[str] = set()
-    with db.read() as s:
-        project = s.scalar(select(Run.project).where(Run.id == run_id))
-        for key, worker_rule in s.execute(select(Rule.key, Rule.per_worker).where(
-                Rule.enabled.is_(True), _applies_to(run_id, project))):
-            (per_worker if worker_rule else exact).add(key)
+    project = s.scalar(select(Run.project).where(Run.id == run_id))
+    for key, worker_rule in s.execute(select(Rule.key, Rule.per_worker).where(
+            Rule.enabled.is_(True), _applies_to(run_id, project))):
+        (per_worker if worker_rule else exact).add(key)
     return exact, per_worker
 
 
@@ -56,15 +53,14 @@ def rule_state(s: Session, rule_id: int, run_id: int, series_key: str | None = N
     return state
 
 
-def add_rule(db: Database, fields: dict, *, run_id: int | None = None, project: str | None = None) -> Rule:
+def add_rule(s: Session, fields: dict, *, run_id: int | None = None, project: str | None = None) -> Rule:
     """A rule of one run (`run_id`, which must exist) or of every run of `project`."""
-    with db.write() as s:
-        if run_id is not None:
-            get_run(s, run_id)
-        rule = Rule(run_id=run_id, **fields) if run_id is not None else Rule(project=project, **fields)
-        s.add(rule)
-        s.flush()
-        return rule
+    if run_id is not None:
+        get_run(s, run_id)
+    rule = Rule(run_id=run_id, **fields) if run_id is not None else Rule(project=project, **fields)
+    s.add(rule)
+    s.flush()
+    return rule
 
 
 def update_rule_in(s: Session, rule_id: int, fields: dict) -> Rule:

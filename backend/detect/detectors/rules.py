@@ -41,7 +41,8 @@ class RuleDetector(Detector):
         hit = self._rule_keys_cache.get(run_id)
         if hit and now - hit[0] < RULE_CACHE_TTL_S:
             return hit[1]
-        watched = WatchedKeys(*rule_store.watched_keys(self.db, run_id))
+        with self.db.read() as s:
+            watched = WatchedKeys(*rule_store.watched_keys(s, run_id))
         self._rule_keys_cache[run_id] = (now, watched)
         return watched
 
