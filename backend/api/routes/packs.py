@@ -4,7 +4,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from paritywatch.backend.alerts import lifecycle
-from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, EngineDep, ReadDep
+from paritywatch.backend.alerts.effects import after_commit
+from paritywatch.backend.api.deps import AdminDep, EngineDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.schemas.packs import PackCatalog, PackOut, PackRuleOut, ProjectSettings
 from paritywatch.backend.store import packs as pack_store
@@ -25,17 +26,15 @@ def list_packs(_: ReadDep) -> PackCatalog:
 
 @router.get("/projects/{project}/settings", response_model=ProjectSettings,
             summary="A project's defaults for its runs (framework packs)")
-def get_project_settings(project: str, db: DbDep, _: ReadDep) -> ProjectSettings:
-    with db.read() as s:
-        return ProjectSettings(packs=pack_store.enabled(s, project=project))
+def get_project_settings(project: str, s: ReadSession, _: ReadDep) -> ProjectSettings:
+    return ProjectSettings(packs=pack_store.enabled(s, project=project))
 
 
 @router.put("/projects/{project}/settings", response_model=ProjectSettings,
             summary="Set a project's framework packs (every run of the project gets their rules)")
-def put_project_settings(project: str, body: ProjectSettings, db: DbDep, effects: EffectsDep, engine: EngineDep,
+def put_project_settings(project: str, body: ProjectSettings, s: WriteSession, engine: EngineDep,
                          who: AdminDep) -> ProjectSettings:
-    with effects.write(db) as s:
-        change = pack_store.set_packs(s, body.packs, pack_catalog.rules_of, project=project)
-        lifecycle.resolve_rule_alerts(s, change.removed_rule_ids, who.name, "its framework pack was turned off")
-    engine.forget_rules()
+    change = pack_store.set_packs(s, body.packs, pack_catalog.rules_of, project=project)
+    lifecycle.resolve_rule_alerts(s, change.removed_rule_ids, who.name, "its framework pack was turned off")
+    after_commit(s, engine.forget_rules)
     return ProjectSettings(packs=change.packs)
