@@ -67,7 +67,7 @@ class ControlWatcher:
                 latest = self._latest.get(run_id)
                 if latest is not None and latest["version"] > after_version:
                     return latest  # versions only grow: newer than what the caller has seen
-                current = (await run_in_threadpool(control_store.versions, self.db, [run_id])).get(run_id)
+                current = (await run_in_threadpool(self._versions, [run_id])).get(run_id)
                 if current is None or current != after_version:
                     return None
                 remaining = deadline - loop.time()
@@ -84,6 +84,11 @@ class ControlWatcher:
                     if not waiters:
                         del self._waiters[run_id]
         return None  # the server is stopping: the caller answers with the current state
+
+    def _versions(self, run_ids: list[int]) -> dict[int, int]:
+        """One read of its own, on the thread pool, between waits: never one held through a wait."""
+        with self.db.read() as s:
+            return control_store.versions(s, run_ids)
 
     def _wake(self, run_id: int, control: dict | None = None) -> None:
         if control is not None:
@@ -109,7 +114,7 @@ class ControlWatcher:
             if not self._waiters:
                 continue
             try:
-                current = await run_in_threadpool(control_store.versions, self.db, list(self._waiters))
+                current = await run_in_threadpool(self._versions, list(self._waiters))
             except Exception:  # database blip: waiters time out and retry; never kill the poller
                 log.warning("control poll failed", exc_info=True)
                 continue

@@ -68,7 +68,9 @@ class Janitor:
 
     def run_once(self) -> None:
         """Finish every pending deletion; apply retention when it is due."""
-        for run_id in retention.pending_deletions(self.db):
+        with self.db.read() as s:
+            pending = retention.pending_deletions(s)
+        for run_id in pending:
             if not self.purge_run(run_id):
                 return
         if self.retention_days and time.monotonic() >= self._retention_due:

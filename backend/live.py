@@ -74,7 +74,8 @@ class StreamHub:
         self.polls = 0  # for /metrics and tests: how often the shared poll ran
 
     def _snapshots(self, run_ids) -> dict[int, dict]:
-        return run_snapshots(self.db, run_ids, self.settings.heartbeat_timeout_s)
+        with self.db.read() as s:  # one read per poll, for every open stream: none held between polls
+            return run_snapshots(s, run_ids, self.settings.heartbeat_timeout_s)
 
     def open_count(self, owner: str) -> int:
         return sum(1 for s in self._subs if s.owner == owner)

@@ -62,7 +62,8 @@ def seed(db_url: str, points: int) -> int:
 
     migrate.upgrade(db_url)
     db = Database(db_url)
-    run = create_or_get_run(db, "bench-10x1M", "bench", {}, {}, default_rules=BUILTIN_RULES)
+    with db.write() as s:
+        run = create_or_get_run(s, "bench-10x1M", "bench", {}, {}, default_rules=BUILTIN_RULES)
     store = MetricStore(db)
     keys = ["align/kl_k3", "align/prob_abs_diff_mean", "align/is_ratio_mean", "align/logprob_abs_diff_max",
             "loss", "reward/mean", "reward/std", "rollout/staleness_mean", "grad_norm", "lr"][:SERIES]

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from paritywatch.backend.alerts import lifecycle, taint
-from paritywatch.backend.alerts.effects import Effects, wakeups
+from paritywatch.backend.alerts.effects import wakeups
 from paritywatch.backend.alerts.hearing import HearingClock
 from paritywatch.backend.db import Database
 from paritywatch.backend.errors import Conflict
@@ -39,6 +38,7 @@ from paritywatch.backend.models import ENDED_RUN_STATES, Component, Run, utcnow
 from paritywatch.backend.store import control as control_store
 from paritywatch.backend.store.alerts import heartbeat_key
 from paritywatch.backend.store import runs as run_store
+from paritywatch.backend.store.rows import raced
 from paritywatch.backend.store.workers import silent_cutoff
 from paritywatch.backend.webhooks.outbox import enqueue_event, run_ref
 from trainer_hooks import contract
@@ -77,21 +77,20 @@ def change_state(s: Session, run: Run, target: str, actor: str | None, reason: s
 
 # ------------------------------------------------------------------ control actions
 
-def apply_action(effects: Effects, db: Database, run_id: int, action: str, actor: str | None, reason: str) -> dict:
+def apply_action(s: Session, run_id: int, action: str, actor: str | None, reason: str) -> dict:
     """Pause, resume or stop; repeating an action already in effect is a no-op, not an error."""
     allowed_from, target = ACTIONS[action]
-    with effects.write(db) as s:
-        run = run_store.lock_run(s, run_id)
-        current = run.control_state
-        if action == "stop" and current == "crashed":  # nobody is left to finish the loop
-            change_state(s, run, "stopped", actor, reason or "stopped after the run crashed")
-        elif current == target or (action == "stop" and current == "stopped"):
-            pass
-        elif current not in allowed_from:
-            raise Conflict(f"cannot {action} a run that is {current}")
-        else:
-            change_state(s, run, target, actor, reason)
-        return control_store.control_of(run)
+    run = run_store.lock_run(s, run_id)
+    current = run.control_state
+    if action == "stop" and current == "crashed":  # nobody is left to finish the loop
+        change_state(s, run, "stopped", actor, reason or "stopped after the run crashed")
+    elif current == target or (action == "stop" and current == "stopped"):
+        pass
+    elif current not in allowed_from:
+        raise Conflict(f"cannot {action} a run that is {current}")
+    else:
+        change_state(s, run, target, actor, reason)
+    return control_store.control_of(run)
 
 
 def act_on_rule(s: Session, run: Run, action: str, reason: str) -> bool:
@@ -110,81 +109,75 @@ def pause_on_mismatch(s: Session, run: Run, reason: str) -> bool:
     return change_state(s, run, "paused", ACTOR, reason)
 
 
-def acknowledge_stop(effects: Effects, db: Database, run_id: int, component_id: int | None, actor: str,
-                     reason: str) -> dict:
+def acknowledge_stop(s: Session, run_id: int, component_id: int | None, actor: str, reason: str) -> dict:
     """A hook reports that its loop has ended after a stop: `stopping` becomes `stopped`.
     Idempotent (a second report is a no-op); a run nobody asked to stop is a conflict."""
-    with effects.write(db) as s:
-        run = run_store.lock_run(s, run_id)
-        if component_id is not None:
-            actor = who(run_store.get_component(s, run_id, component_id))
-        if run.control_state == "stopped":
-            return control_store.control_of(run)
-        if run.control_state != "stopping":
-            raise Conflict(f"run {run_id} is {run.control_state}: there is no stop to acknowledge")
-        change_state(s, run, "stopped", actor, reason or "the training loop ended after the stop")
+    run = run_store.lock_run(s, run_id)
+    if component_id is not None:
+        actor = who(run_store.get_component(s, run_id, component_id))
+    if run.control_state == "stopped":
         return control_store.control_of(run)
+    if run.control_state != "stopping":
+        raise Conflict(f"run {run_id} is {run.control_state}: there is no stop to acknowledge")
+    change_state(s, run, "stopped", actor, reason or "the training loop ended after the stop")
+    return control_store.control_of(run)
 
 
 # ------------------------------------------------------------------ process lifecycle
 
-def register(effects: Effects, db: Database, run_id: int, side: str, worker_id: str, host: str, pid: int,
+def register(s: Session, run_id: int, side: str, worker_id: str, host: str, pid: int,
              heartbeat_timeout_s: float | None = None) -> Component:
     """Upsert the process (live again if it was closed or lost) and wake its run if it needs it.
     A trainer resuming a finished run: the processes the run left silent (shown `ended`, silent
     for `heartbeat_timeout_s`) become lost quietly, so that the sweep does not page about them."""
-    for _ in range(2):  # a concurrent registration of the same worker can win the insert
-        try:
-            with effects.write(db) as s:
-                run = run_store.lock_run(s, run_id)
-                comp, previous = run_store.upsert_component(s, run_id, side, worker_id, host, pid)
-                if previous == "lost":
-                    lifecycle.resolve_key(s, run, heartbeat_key(comp.id), "the process registered again")
-                if run.control_state == "crashed":
-                    _recover(s, run, comp)
-                elif run.control_state == "finished" and side == "trainer":
-                    if heartbeat_timeout_s is not None:
-                        now = utcnow()
-                        run_store.mark_silent_lost(s, run_id, silent_cutoff(now, heartbeat_timeout_s), now)
-                    change_state(s, run, "running", who(comp), "a trainer registered after the run finished")
-                return comp
-        except IntegrityError:
-            continue
-    raise RuntimeError("component registration raced twice")  # pragma: no cover
+    def attempt(_n: int) -> Component:  # a concurrent registration of the same worker can win the insert
+        run = run_store.lock_run(s, run_id)
+        comp, previous = run_store.upsert_component(s, run_id, side, worker_id, host, pid)
+        if previous == "lost":
+            lifecycle.resolve_key(s, run, heartbeat_key(comp.id), "the process registered again")
+        if run.control_state == "crashed":
+            _recover(s, run, comp)
+        elif run.control_state == "finished" and side == "trainer":
+            if heartbeat_timeout_s is not None:
+                now = utcnow()
+                run_store.mark_silent_lost(s, run_id, silent_cutoff(now, heartbeat_timeout_s), now)
+            change_state(s, run, "running", who(comp), "a trainer registered after the run finished")
+        return comp
+    return raced(s, attempt, "component registration")
 
 
-def heartbeat(effects: Effects, db: Database, run_id: int, component_id: int, progress: dict | None = None) -> dict:
+def heartbeat(db: Database, s: Session, run_id: int, component_id: int, progress: dict | None = None) -> dict:
     """The hot path: one UPDATE (backend/store/runs.py), which also stores the beat's `progress`
-    (policy_version, samples_per_s, points_per_s). Returns the run's control. A lost process
-    coming back is live again, its alert resolves, and a crashed run recovers."""
+    (policy_version, samples_per_s, points_per_s), through `db`'s group-commit writer, not `s`
+    (hundreds of processes beat: no ORM session, no write lock of the request's own). Returns
+    the run's control. A lost process coming back is live again, its alert resolves, and a
+    crashed run recovers: that, and only that, is written in `s`."""
     status, control = run_store.touch_component(db, run_id, component_id, utcnow(), progress)
     if status != "lost":
         return control
-    with effects.write(db) as s:
-        run = run_store.lock_run(s, run_id)
-        comp = run_store.get_component(s, run_id, component_id)
-        if comp.status == "lost":
-            comp.status, comp.lost_at = "live", None
-            lifecycle.resolve_key(s, run, heartbeat_key(comp.id), "heartbeat resumed")
-            if run.control_state == "crashed":
-                _recover(s, run, comp)
-        return control_store.control_of(run)
+    run = run_store.lock_run(s, run_id)
+    comp = run_store.get_component(s, run_id, component_id)
+    if comp.status == "lost":
+        comp.status, comp.lost_at = "live", None
+        lifecycle.resolve_key(s, run, heartbeat_key(comp.id), "heartbeat resumed")
+        if run.control_state == "crashed":
+            _recover(s, run, comp)
+    return control_store.control_of(run)
 
 
-def close(effects: Effects, db: Database, run_id: int, component_id: int, reason: str | None) -> Run:
+def close(s: Session, run_id: int, component_id: int, reason: str | None) -> Run:
     """The process ended cleanly (idempotent). Its trainer closing ends the run."""
-    with effects.write(db) as s:
-        run = run_store.lock_run(s, run_id)
-        comp = run_store.get_component(s, run_id, component_id)
-        if comp.status == "closed":
-            return run
-        was = comp.status
-        comp.status, comp.closed_at, comp.close_reason = "closed", utcnow(), reason
-        s.flush()
-        if was == "lost":
-            lifecycle.resolve_key(s, run, heartbeat_key(comp.id), "the process closed")
-        _end_if_last(s, run, comp)
+    run = run_store.lock_run(s, run_id)
+    comp = run_store.get_component(s, run_id, component_id)
+    if comp.status == "closed":
         return run
+    was = comp.status
+    comp.status, comp.closed_at, comp.close_reason = "closed", utcnow(), reason
+    s.flush()
+    if was == "lost":
+        lifecycle.resolve_key(s, run, heartbeat_key(comp.id), "the process closed")
+    _end_if_last(s, run, comp)
+    return run
 
 
 def _end_if_last(s: Session, run: Run, comp: Component) -> None:
@@ -207,31 +200,32 @@ def _recover(s: Session, run: Run, comp: Component) -> None:
 
 # ------------------------------------------------------------------ the heartbeat sweep
 
-def sweep(effects: Effects, db: Database, timeout_s: float, now: datetime | None = None,
+def sweep(s: Session, timeout_s: float, now: datetime | None = None,
           hearing: HearingClock | None = None) -> dict[str, int]:
     """Live processes of live runs silent for `timeout_s` are lost; runs left with no live
     process crash (or, stopping, complete their stop). Silence counts only while `hearing` says
     this backend could hear (none given: all along). Reads only live runs' live processes: its
-    cost does not grow with history. Returns counts for tests and benches."""
+    cost does not grow with history. One transaction: the caller's `s` (an `Effects.write`
+    session, so the wake-ups of what changed fire once it commits). Returns counts for tests
+    and benches."""
     now = now or utcnow()
     cutoff = now - timedelta(seconds=timeout_s) if hearing is None else hearing.cutoff(now, timeout_s)
     out = {"runs": 0, "lost": 0, "changed": 0}
     if cutoff is None:  # not listening for a whole timeout yet: nobody's silence is proven
         return out
-    with effects.write(db) as s:
-        run_ids = run_store.live_run_ids(s)
-        out["runs"] = len(run_ids)
-        stale = run_store.stale_components(s, run_ids, cutoff)
-        for run_id in sorted({c.run_id for c in stale}):
-            run = run_store.lock_run(s, run_id)  # the run before its processes, as everywhere
-            for comp in (c for c in stale if c.run_id == run_id):
-                if run_store.mark_lost(s, comp.id, cutoff, now):
-                    out["lost"] += 1
-                    _announce_lost(s, run, comp, now)
-        counts = run_store.process_counts(s, run_ids)
-        for run_id in run_ids:
-            if counts[run_id]["live"] == 0:
-                out["changed"] += _settle_silent_run(s, run_id, cutoff, timeout_s)
+    run_ids = run_store.live_run_ids(s)
+    out["runs"] = len(run_ids)
+    stale = run_store.stale_components(s, run_ids, cutoff)
+    for run_id in sorted({c.run_id for c in stale}):
+        run = run_store.lock_run(s, run_id)  # the run before its processes, as everywhere
+        for comp in (c for c in stale if c.run_id == run_id):
+            if run_store.mark_lost(s, comp.id, cutoff, now):
+                out["lost"] += 1
+                _announce_lost(s, run, comp, now)
+    counts = run_store.process_counts(s, run_ids)
+    for run_id in run_ids:
+        if counts[run_id]["live"] == 0:
+            out["changed"] += _settle_silent_run(s, run_id, cutoff, timeout_s)
     return out
 
 

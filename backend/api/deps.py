@@ -172,7 +172,8 @@ class RunProjects:
         project = self.cached(run_id)
         if project is not None:
             return project
-        project = run_store.load_run(self.db, run_id).project  # NotFound -> 404
+        with self.db.read() as s:  # its own read: authorising comes before the answer's session
+            project = run_store.get_run(s, run_id).project  # NotFound -> 404
         with self._lock:
             self._cache[run_id] = project
             while len(self._cache) > self.size:

@@ -126,7 +126,8 @@ class DetectionEngine:
         return len(run_ids)
 
     def sweep_heartbeats(self) -> bool:
-        run_state.sweep(self.effects, self.db, self.settings.heartbeat_timeout_s, hearing=self.hearing)
+        with self.effects.write(self.db) as s:
+            run_state.sweep(s, self.settings.heartbeat_timeout_s, hearing=self.hearing)
         self.sweeps += 1
         return True
 

@@ -8,14 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
 from paritywatch.backend.errors import Invalid
 from paritywatch.backend.models import Component, WeightAttestation
 from paritywatch.backend.store import jobs
 from paritywatch.backend.store.paging import PageRequest, keyset, split_page
+from paritywatch.backend.store.rows import raced
 from paritywatch.backend.store.runs import get_component
 from trainer_hooks import contract
 
@@ -81,30 +80,28 @@ def _tensors(tensors: Any) -> list[dict]:
 
 # ------------------------------------------------------------------ writes
 
-def add_attestation(db: Database, run_id: int, component_id: int, body: dict) -> WeightAttestation:
-    """Store (or replace: the latest attestation of a version wins) and queue its evaluation."""
+def add_attestation(s: Session, run_id: int, component_id: int, body: dict) -> WeightAttestation:
+    """Store (or replace: the latest attestation of a version wins) and queue its evaluation.
+    The body is checked before the first statement: a big one never holds the writer."""
     values = validate_attestation(body)
-    for _ in range(2):  # a concurrent post of the same version can win the insert
-        try:
-            with db.write() as s:
-                get_component(s, run_id, component_id)
-                previous_max = s.scalar(select(func.max(WeightAttestation.version))
-                                        .where(WeightAttestation.component_id == component_id,
-                                               WeightAttestation.version != values["version"]))
-                s.execute(delete(WeightAttestation).where(WeightAttestation.component_id == component_id,
-                                                          WeightAttestation.version == values["version"]))
-                row = WeightAttestation(run_id=run_id, component_id=component_id, **values,
-                                        backwards_from=previous_max if previous_max is not None
-                                        and previous_max > values["version"] else None)
-                s.add(row)
-                s.flush()
-                _prune(s, component_id)
-                jobs.add(s, run_id, "attestation")  # evaluated exactly once (backend/store/jobs.py)
-                s.expunge(row)
-                return row
-        except IntegrityError:
-            continue
-    raise RuntimeError("attestation store raced twice")  # pragma: no cover
+
+    def attempt(_n: int) -> WeightAttestation:  # a concurrent post of the same version can win the insert
+        get_component(s, run_id, component_id)
+        previous_max = s.scalar(select(func.max(WeightAttestation.version))
+                                .where(WeightAttestation.component_id == component_id,
+                                       WeightAttestation.version != values["version"]))
+        s.execute(delete(WeightAttestation).where(WeightAttestation.component_id == component_id,
+                                                  WeightAttestation.version == values["version"]))
+        row = WeightAttestation(run_id=run_id, component_id=component_id, **values,
+                                backwards_from=previous_max if previous_max is not None
+                                and previous_max > values["version"] else None)
+        s.add(row)
+        s.flush()
+        _prune(s, component_id)
+        jobs.add(s, run_id, "attestation")  # evaluated exactly once (backend/store/jobs.py)
+        s.flush()
+        return row
+    return raced(s, attempt, "attestation store")
 
 
 def _prune(s: Session, component_id: int) -> None:

@@ -16,7 +16,6 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
 from paritywatch.backend.models import Component, SampleAudit, SampleAuditSample
 from paritywatch.backend.store import jobs
 from paritywatch.backend.store.metrics import check_replay
@@ -32,13 +31,13 @@ FAILURE_COUNTS = ("length_mismatch", "rerender_mismatch", "ids_mismatch", "trunc
                   "images_mismatch")
 
 
-def store_audit(db: Database, run_id: int, body: dict[str, Any]) -> int | None:
+def store_audit(s: Session, run_id: int, body: dict[str, Any]) -> int | None:
     """Store one batch's audit (a validated `AuditBatch` as a dict) with its detection job; the
     new audit's id, or None when the run has (client_id, seq) stored already with the same
     content (a retry). Conflict when it has them with other content."""
     digest = audit_digest(body)
     try:
-        with db.write() as s:
+        with s.begin_nested():  # a concurrent retry's insert undoes only this
             get_run(s, run_id)  # 404 for a run that does not exist or is being deleted
             if _stored_already(s, run_id, body, digest):
                 return None
@@ -50,11 +49,11 @@ def store_audit(db: Database, run_id: int, body: dict[str, Any]) -> int | None:
             for rank, sample in reversed(list(enumerate(body["samples"]))):
                 s.add(_sample_row(audit.id, run_id, rank, sample))
             jobs.add(s, run_id, "audit")  # evaluated exactly once (backend/detect/engine.py)
+            s.flush()
             return audit.id
     except IntegrityError:  # a concurrent retry of the same audit stored it first
-        with db.read() as s:
-            if _stored_already(s, run_id, body, digest):
-                return None
+        if _stored_already(s, run_id, body, digest):
+            return None
         raise
 
 
@@ -98,32 +97,30 @@ class AuditRead:
     samples: list[SampleAuditSample]
 
 
-def list_audits(db: Database, run_id: int, page: PageRequest, failing: bool = False) -> tuple[list[AuditRead], int | None]:
+def list_audits(s: Session, run_id: int, page: PageRequest, failing: bool = False) -> tuple[list[AuditRead], int | None]:
     """A page of the run's audited batches, newest first, each with its samples worst first.
     `failing`: only batches with a failure of any cause."""
-    with db.read() as s:
-        get_run(s, run_id)
-        q = select(SampleAudit).where(SampleAudit.run_id == run_id)
-        if failing:
-            q = q.where(SampleAudit.failing > 0)
-        audits, after = split_page(s.scalars(keyset(q, SampleAudit.id, page)), page, lambda a: a.id)
-        samples = _samples_of(s, [a.id for a in audits])
-        workers = _worker_ids(s, {a.component_id for a in audits if a.component_id is not None})
-        return [AuditRead(a, workers.get(a.component_id), samples.get(a.id, [])) for a in audits], after
+    get_run(s, run_id)
+    q = select(SampleAudit).where(SampleAudit.run_id == run_id)
+    if failing:
+        q = q.where(SampleAudit.failing > 0)
+    audits, after = split_page(s.scalars(keyset(q, SampleAudit.id, page)), page, lambda a: a.id)
+    samples = _samples_of(s, [a.id for a in audits])
+    workers = _worker_ids(s, {a.component_id for a in audits if a.component_id is not None})
+    return [AuditRead(a, workers.get(a.component_id), samples.get(a.id, [])) for a in audits], after
 
 
-def list_samples(db: Database, run_id: int, page: PageRequest,
+def list_samples(s: Session, run_id: int, page: PageRequest,
                  audit_id: int | None = None) -> tuple[list[tuple[SampleAuditSample, int | None]], int | None]:
     """A page of the run's (or one batch's) worst samples with their batch's step: newest batch
     first, worst first within a batch."""
-    with db.read() as s:
-        get_run(s, run_id)
-        q = (select(SampleAuditSample, SampleAudit.step).join(SampleAudit, SampleAudit.id == SampleAuditSample.audit_id)
-             .where(SampleAuditSample.run_id == run_id))
-        if audit_id is not None:
-            q = q.where(SampleAuditSample.audit_id == audit_id)
-        rows = [tuple(r) for r in s.execute(keyset(q, SampleAuditSample.id, page))]
-        return split_page(rows, page, lambda r: r[0].id)
+    get_run(s, run_id)
+    q = (select(SampleAuditSample, SampleAudit.step).join(SampleAudit, SampleAudit.id == SampleAuditSample.audit_id)
+         .where(SampleAuditSample.run_id == run_id))
+    if audit_id is not None:
+        q = q.where(SampleAuditSample.audit_id == audit_id)
+    rows = [tuple(r) for r in s.execute(keyset(q, SampleAuditSample.id, page))]
+    return split_page(rows, page, lambda r: r[0].id)
 
 
 def _samples_of(s: Session, audit_ids: list[int]) -> dict[int, list[SampleAuditSample]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
 from paritywatch.backend.models import ControlEvent, Run, utcnow
 from paritywatch.backend.store.paging import PageRequest, keyset, split_page
 from paritywatch.backend.store.runs import get_run
@@ -45,15 +44,13 @@ def state_before(s: Session, run_id: int, state: str) -> str | None:
                     .order_by(ControlEvent.id.desc()).limit(1))
 
 
-def versions(db: Database, run_ids: list[int]) -> dict[int, int]:
-    with db.read() as s:
-        rows = s.execute(select(Run.id, Run.control_version).where(Run.id.in_(run_ids)))
-        return {rid: v for rid, v in rows}
+def versions(s: Session, run_ids: list[int]) -> dict[int, int]:
+    rows = s.execute(select(Run.id, Run.control_version).where(Run.id.in_(run_ids)))
+    return {rid: v for rid, v in rows}
 
 
-def audit(db: Database, run_id: int, page: PageRequest = PageRequest(limit=100)) -> tuple[list[ControlEvent], int | None]:
+def audit(s: Session, run_id: int, page: PageRequest = PageRequest(limit=100)) -> tuple[list[ControlEvent], int | None]:
     """One page of the run's control changes, oldest first, and the next page's position."""
-    with db.read() as s:
-        get_run(s, run_id)
-        q = keyset(select(ControlEvent).where(ControlEvent.run_id == run_id), ControlEvent.id, page, newest_first=False)
-        return split_page(s.scalars(q), page, lambda e: e.id)
+    get_run(s, run_id)
+    q = keyset(select(ControlEvent).where(ControlEvent.run_id == run_id), ControlEvent.id, page, newest_first=False)
+    return split_page(s.scalars(q), page, lambda e: e.id)

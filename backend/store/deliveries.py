@@ -6,7 +6,7 @@ from datetime import datetime
 
 from sqlalchemy import or_, select, update
 
-from paritywatch.backend.db import Database
+from sqlalchemy.orm import Session
 from paritywatch.backend.models import DeliveryAttempt, Webhook, WebhookDelivery
 
 
@@ -19,9 +19,15 @@ def _due(now: datetime) -> tuple:
     )
 
 
-def claim_due(db: Database, limit: int, now: datetime, until: datetime) -> list[int]:
+def any_due(s: Session, now: datetime) -> bool:
+    """Whether a delivery is due: the dispatcher's idle poll, a read (no write lock, no write
+    transaction on SQLite) before it opens the claiming write, the common case being nothing."""
+    return s.scalar(select(WebhookDelivery.id).where(*_due(now)).limit(1)) is not None
+
+
+def claim_due(s: Session, limit: int, now: datetime, until: datetime) -> list[int]:
     """Claim up to `limit` due deliveries until `until` (FOR UPDATE SKIP LOCKED on PostgreSQL, the
-    write lock on SQLite); their ids, oldest first."""
+    write lock on SQLite); their ids, oldest first. In a write transaction."""
     due = (
         select(WebhookDelivery.id)
         .where(*_due(now))
@@ -29,37 +35,27 @@ def claim_due(db: Database, limit: int, now: datetime, until: datetime) -> list[
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    # Idle poll: a read (no write lock, no write transaction on SQLite) finds nothing due, the
-    # common case; only then does the claiming write transaction run.
-    probe = select(WebhookDelivery.id).where(*_due(now)).limit(1)
-    with db.read() as s:
-        if s.scalar(probe) is None:
-            return []
-    with db.write() as s:
-        ids = list(s.scalars(due))
-        if ids:
-            s.execute(update(WebhookDelivery).where(WebhookDelivery.id.in_(ids)).values(claimed_until=until))
-        return ids
+    ids = list(s.scalars(due))
+    if ids:
+        s.execute(update(WebhookDelivery).where(WebhookDelivery.id.in_(ids)).values(claimed_until=until))
+    return ids
 
 
-def extend_claims(db: Database, ids: set[int], until: datetime) -> None:
+def extend_claims(s: Session, ids: set[int], until: datetime) -> None:
     """Keep in-flight deliveries claimed (those still pending) until `until`."""
-    with db.write() as s:
-        s.execute(update(WebhookDelivery)
-                  .where(WebhookDelivery.id.in_(ids), WebhookDelivery.status == "pending")
-                  .values(claimed_until=until))
+    s.execute(update(WebhookDelivery)
+              .where(WebhookDelivery.id.in_(ids), WebhookDelivery.status == "pending")
+              .values(claimed_until=until))
 
 
-def load_delivery(db: Database, delivery_id: int) -> tuple[WebhookDelivery | None, Webhook | None]:
-    with db.read() as s:
-        delivery = s.get(WebhookDelivery, delivery_id)
-        hook = s.get(Webhook, delivery.webhook_id) if delivery else None
+def load_delivery(s: Session, delivery_id: int) -> tuple[WebhookDelivery | None, Webhook | None]:
+    delivery = s.get(WebhookDelivery, delivery_id)
+    hook = s.get(Webhook, delivery.webhook_id) if delivery else None
     return delivery, hook
 
 
-def record_attempt(db: Database, delivery_id: int, status_code: int | None, error: str | None, duration_ms: float,
+def record_attempt(s: Session, delivery_id: int, status_code: int | None, error: str | None, duration_ms: float,
                    changes: dict) -> None:
-    """Log one attempt and apply its outcome (`changes` to the delivery row), in one transaction."""
-    with db.write() as s:
-        s.add(DeliveryAttempt(delivery_id=delivery_id, status_code=status_code, error=error, duration_ms=duration_ms))
-        s.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id).values(**changes))
+    """Log one attempt and apply its outcome (`changes` to the delivery row)."""
+    s.add(DeliveryAttempt(delivery_id=delivery_id, status_code=status_code, error=error, duration_ms=duration_ms))
+    s.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id).values(**changes))

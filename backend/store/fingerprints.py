@@ -6,13 +6,12 @@ from collections import OrderedDict
 from threading import Lock
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
 from paritywatch.backend.errors import FingerprintUnknown, Invalid, NotFound
 from paritywatch.backend.models import Component, Fingerprint
 from paritywatch.backend.store import jobs
+from paritywatch.backend.store.rows import raced
 from paritywatch.backend.store.runs import get_component
 from trainer_hooks import contract
 from trainer_hooks.fingerprint.core import assemble
@@ -54,43 +53,36 @@ def _check_digests(digest: str, components: dict) -> None:
         raise DigestMismatch("fingerprint 'digest' does not match its components")
 
 
-def attach_fingerprint(db: Database, run_id: int, component_id: int, body: dict) -> tuple[str, bool]:
+def attach_fingerprint(s: Session, run_id: int, component_id: int, body: dict) -> tuple[str, bool]:
     """Store the body once per digest and point the component at it.
 
     A digest-only body attaches a fingerprint the server already has, so 256 workers with the
-    same processor upload it once. A full body is stored only if it hashes to its digest.
+    same processor upload it once. A full body is stored only if it hashes to its digest
+    (checked before the first statement: the hashing never holds the writer).
     """
     digest, version = validate_fingerprint(body)
-    stored = False
-    for _ in range(2):
-        try:
-            with db.write() as s:
-                comp = get_component(s, run_id, component_id)
-                known = s.get(Fingerprint, digest) is not None
-                if not known:
-                    if version == 0:
-                        raise FingerprintUnknown(
-                            f"fingerprint {digest[:12]}… is unknown: send the full object"
-                        )
-                    s.add(Fingerprint(digest=digest, version=version, body=body))
-                    s.flush()  # before the component points at it (no ORM relationship orders this)
-                    stored = True
-                comp.fingerprint_digest = digest
-                jobs.add(s, run_id, "fingerprint")  # evaluated exactly once (backend/store/jobs.py)
-            return digest, stored
-        except IntegrityError:  # another worker stored the same digest first
-            stored = False
-            body = {"digest": digest}
-            version = 0
-    raise RuntimeError("fingerprint store raced twice")  # pragma: no cover
+
+    def attempt(n: int) -> tuple[str, bool]:  # n = 1: another worker stored the same digest first
+        stored = False
+        comp = get_component(s, run_id, component_id)
+        if s.get(Fingerprint, digest) is None:
+            if version == 0 or n > 0:
+                raise FingerprintUnknown(f"fingerprint {digest[:12]}… is unknown: send the full object")
+            s.add(Fingerprint(digest=digest, version=version, body=body))
+            s.flush()  # before the component points at it (no ORM relationship orders this)
+            stored = True
+        comp.fingerprint_digest = digest
+        jobs.add(s, run_id, "fingerprint")  # evaluated exactly once (backend/store/jobs.py)
+        s.flush()
+        return digest, stored
+    return raced(s, attempt, "fingerprint store")
 
 
-def get_fingerprint(db: Database, digest: str) -> dict:
-    with db.read() as s:
-        fp = s.get(Fingerprint, digest)
-        if fp is None:
-            raise NotFound(f"fingerprint {digest} does not exist")
-        return fp.body
+def get_fingerprint(s: Session, digest: str) -> dict:
+    fp = s.get(Fingerprint, digest)
+    if fp is None:
+        raise NotFound(f"fingerprint {digest} does not exist")
+    return fp.body
 
 
 def fingerprint_rows(s: Session, run_id: int, light: bool = False) -> list[tuple[Component, dict | None]]:
@@ -108,22 +100,15 @@ def fingerprint_rows(s: Session, run_id: int, light: bool = False) -> list[tuple
     return [(c, bodies.get(c.fingerprint_digest)) for c in comps]
 
 
-def digests_of_run(db: Database, run_id: int) -> list[tuple[str, str]]:
+def digests_of_run(s: Session, run_id: int) -> list[tuple[str, str]]:
     """The distinct (side, digest) pairs of a run's processes: a few rows however many workers."""
-    with db.read() as s:
-        q = (select(Component.side, Component.fingerprint_digest).distinct()
-             .where(Component.run_id == run_id, Component.fingerprint_digest.is_not(None)))
-        return [(side, digest) for side, digest in s.execute(q)]
+    q = (select(Component.side, Component.fingerprint_digest).distinct()
+         .where(Component.run_id == run_id, Component.fingerprint_digest.is_not(None)))
+    return [(side, digest) for side, digest in s.execute(q)]
 
 
-def bodies_of(db: Database, digests: set[str]) -> dict[str, dict]:
-    with db.read() as s:
-        return _bodies(s, digests)
-
-
-def fingerprints_of_run(db: Database, run_id: int, light: bool = False) -> list[tuple[Component, dict | None]]:
-    with db.read() as s:
-        return fingerprint_rows(s, run_id, light)
+def bodies_of(s: Session, digests: set[str]) -> dict[str, dict]:
+    return _bodies(s, digests)
 
 
 _BODY_CACHE: "OrderedDict[str, dict]" = OrderedDict()

@@ -8,7 +8,10 @@ routes call. Its parts, one job each:
 - backend/store/metric_series.py: the answer's shape.
 
 Ingest does all the arithmetic before it touches the database; the write itself is a handful of
-statements on a driver cursor, run through `Database.run_raw` (group commit).
+statements on a driver cursor, run through `Database.run_raw` (group commit). That is why ingest
+takes the `Database`, not a caller's session (the store's convention, backend/store/__init__.py):
+the writer thread commits many requests' batches in one transaction, so no request owns it. The
+reads (`keys`, `series`, `step_times`) follow the convention: they take the answer's session.
 """
 from __future__ import annotations
 
@@ -267,47 +270,44 @@ class MetricStore:
             cached.update(ids)
 
     # ----------------------------------------------------------------- reads
-    def keys(self, run_id: int, page: PageRequest = PageRequest(limit=10_000)) -> tuple[list[MetricKey], str | None]:
+    def keys(self, s: Session, run_id: int, page: PageRequest = PageRequest(limit=10_000)) -> tuple[list[MetricKey], str | None]:
         """One page of the run's keys in name order, and the next page's position (a key)."""
-        with self.db.read() as s:
-            get_run(s, run_id)
-            q = keyset(select(MetricKey).where(MetricKey.run_id == run_id), MetricKey.key, page, newest_first=False)
-            return split_page(s.scalars(q), page, lambda k: k.key)
+        get_run(s, run_id)
+        q = keyset(select(MetricKey).where(MetricKey.run_id == run_id), MetricKey.key, page, newest_first=False)
+        return split_page(s.scalars(q), page, lambda k: k.key)
 
-    def series(self, run_id: int, key: str, points: int, step_min: int | None, step_max: int | None,
+    def series(self, s: Session, run_id: int, key: str, points: int, step_min: int | None, step_max: int | None,
                max_raw_points: int | None = None) -> dict:
-        with self.db.read() as s:
-            get_run(s, run_id)
-            mk = metric_key(s, run_id, key)
-            if mk is None:
-                raise NotFound(f"run {run_id} has no metric {key!r}")
-            lo = mk.first_step if step_min is None else step_min
-            hi = mk.last_step if step_max is None else step_max
-            if lo is None or hi is None or hi < lo:
-                return series_response(key, points, 1, lo, hi, {}, lo or 0)
-            plan = plan_buckets(lo, hi, points)
-            if mk.raw_floor is not None and lo < mk.raw_floor:
-                plan = plan_from_rollups(lo, hi, points)
-            rows = self._read_buckets(s, mk.id, plan, RawBudget(max_raw_points))
-            return series_response(key, points, plan.width, lo, hi, rows, plan.origin)
+        get_run(s, run_id)
+        mk = metric_key(s, run_id, key)
+        if mk is None:
+            raise NotFound(f"run {run_id} has no metric {key!r}")
+        lo = mk.first_step if step_min is None else step_min
+        hi = mk.last_step if step_max is None else step_max
+        if lo is None or hi is None or hi < lo:
+            return series_response(key, points, 1, lo, hi, {}, lo or 0)
+        plan = plan_buckets(lo, hi, points)
+        if mk.raw_floor is not None and lo < mk.raw_floor:
+            plan = plan_from_rollups(lo, hi, points)
+        rows = self._read_buckets(s, mk.id, plan, RawBudget(max_raw_points))
+        return series_response(key, points, plan.width, lo, hi, rows, plan.origin)
 
-    def step_times(self, run_id: int, key: str, points: int) -> dict:
+    def step_times(self, s: Session, run_id: int, key: str, points: int) -> dict:
         """When the server received the batches that carried `key`: the last step of each batch
         and its seconds since the run was created, sorted by step, at most `points` rows (evenly
         spaced, the last kept). Lets runs be compared by wall time; batches whose raw points are
         past retention have no row (their roll-ups keep no batch)."""
-        with self.db.read() as s:
-            run = get_run(s, run_id)
-            mk = metric_key(s, run_id, key)
-            if mk is None:
-                raise NotFound(f"run {run_id} has no metric {key!r}")
-            rows = s.execute(
-                select(func.max(MetricChunk.step_max), IngestBatch.received_at)
-                .join(IngestBatch, IngestBatch.id == MetricChunk.batch_id)
-                .where(MetricChunk.series_id == mk.id)
-                .group_by(IngestBatch.id, IngestBatch.received_at)
-            ).all()
-            return step_times_response(key, run.created_at, rows, points)
+        run = get_run(s, run_id)
+        mk = metric_key(s, run_id, key)
+        if mk is None:
+            raise NotFound(f"run {run_id} has no metric {key!r}")
+        rows = s.execute(
+            select(func.max(MetricChunk.step_max), IngestBatch.received_at)
+            .join(IngestBatch, IngestBatch.id == MetricChunk.batch_id)
+            .where(MetricChunk.series_id == mk.id)
+            .group_by(IngestBatch.id, IngestBatch.received_at)
+        ).all()
+        return step_times_response(key, run.created_at, rows, points)
 
     def _read_buckets(self, s: Session, sid: int, plan: BucketPlan, budget: RawBudget | None = None) -> dict[int, list]:
         merged: dict[int, list] = {}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import delete, func, select, text
+from sqlalchemy.orm import Session
 
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import Component, MetricKey, RunDeletion, utcnow
@@ -39,32 +40,29 @@ def tombstone_name(run_id: int) -> str:
     return f"\x01deleted run {run_id}"
 
 
-def request_deletion(db: Database, run_id: int, actor: str | None, reason: str | None) -> RunDeletion:
+def request_deletion(s: Session, run_id: int, actor: str | None, reason: str | None) -> RunDeletion:
     """Hide the run and record who deleted it; its rows go later, in steps (`RowRemover`, driven
     by backend/janitor.py)."""
-    with db.write() as s:
-        run = get_run(s, run_id)
-        points = s.scalar(select(func.coalesce(func.sum(MetricKey.count), 0)).where(MetricKey.run_id == run_id))
-        record = RunDeletion(run_id=run.id, project=run.project, name=run.name, actor=actor, reason=reason,
-                             points=int(points or 0))
-        s.add(record)
-        run.deleted_at = utcnow()
-        run.name = tombstone_name(run.id)
-        # Its processes go now: no heartbeat_lost alerts for a run being deleted.
-        s.execute(delete(Component).where(Component.run_id == run_id))
-        s.flush()
-        return record
+    run = get_run(s, run_id)
+    points = s.scalar(select(func.coalesce(func.sum(MetricKey.count), 0)).where(MetricKey.run_id == run_id))
+    record = RunDeletion(run_id=run.id, project=run.project, name=run.name, actor=actor, reason=reason,
+                         points=int(points or 0))
+    s.add(record)
+    run.deleted_at = utcnow()
+    run.name = tombstone_name(run.id)
+    # Its processes go now: no heartbeat_lost alerts for a run being deleted.
+    s.execute(delete(Component).where(Component.run_id == run_id))
+    s.flush()
+    return record
 
 
-def list_deletions(db: Database, page: PageRequest) -> tuple[list[RunDeletion], int | None]:
-    with db.read() as s:
-        return split_page(s.scalars(keyset(select(RunDeletion), RunDeletion.id, page)), page, lambda d: d.id)
+def list_deletions(s: Session, page: PageRequest) -> tuple[list[RunDeletion], int | None]:
+    return split_page(s.scalars(keyset(select(RunDeletion), RunDeletion.id, page)), page, lambda d: d.id)
 
 
-def pending_deletions(db: Database) -> list[int]:
-    with db.read() as s:
-        return list(s.scalars(select(RunDeletion.run_id).where(RunDeletion.finished_at.is_(None))
-                              .order_by(RunDeletion.id)))
+def pending_deletions(s: Session) -> list[int]:
+    return list(s.scalars(select(RunDeletion.run_id).where(RunDeletion.finished_at.is_(None))
+                          .order_by(RunDeletion.id)))
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,10 @@ def _steps(pg: bool) -> tuple[PurgeStep, ...]:
 
 
 class RowRemover:
-    """Small deletes through the ingest writer, in the driver's own SQL."""
+    """Small deletes through the ingest writer, in the driver's own SQL. It takes the `Database`,
+    not a caller's session (backend/store/__init__.py): each step is its own short transaction on
+    the writer ingest uses, so a purge queues behind metric batches instead of holding a
+    transaction beside them."""
 
     def __init__(self, db: Database, metrics: MetricStore):
         self.db, self.metrics = db, metrics

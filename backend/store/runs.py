@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from sqlalchemy import case, func, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from paritywatch.backend.db import Database
@@ -16,6 +15,7 @@ from paritywatch.backend.errors import Invalid, NotFound, TooLarge
 from paritywatch.backend.models import LIVE_RUN_STATES, Alert, Component, Rule, Run, utcnow
 from paritywatch.backend.store import packs as pack_store
 from paritywatch.backend.store.paging import PageRequest, keyset, split_page
+from paritywatch.backend.store.rows import raced
 
 MAX_RUN_TAGS = 100
 
@@ -41,7 +41,7 @@ def lock_run(s: Session, run_id: int) -> Run:
     return run
 
 
-def create_or_get_run(db: Database, name: str, project: str, tags: dict, config: dict,
+def create_or_get_run(s: Session, name: str, project: str, tags: dict, config: dict,
                       max_config_bytes: int | None = None, *, default_rules: Iterable[dict],
                       packs: Iterable[str] = (), pack_rules: Callable[[str], list[dict]] | None = None) -> Run:
     """Idempotent by (project, name); tags and config of an existing run are merged (and the
@@ -49,27 +49,23 @@ def create_or_get_run(db: Database, name: str, project: str, tags: dict, config:
     gets `default_rules` (the caller passes detection's built-in rules: the store does not know
     them). `packs` are enabled for the run (added to the ones it has), their rules made by
     `pack_rules`."""
-    for _ in range(2):  # a concurrent creator can win the insert: then read its row
-        try:
-            with db.write() as s:
-                run = s.scalar(select(Run).where(Run.project == project, Run.name == name))
-                if run is None:
-                    check_run_size(tags, config, max_config_bytes)
-                    run = Run(project=project, name=name, tags=tags, config=config)
-                    s.add(run)
-                    s.flush()
-                    s.add_all(Rule(run_id=run.id, builtin=True, **r) for r in default_rules)
-                elif tags or config:
-                    merged_tags, merged_config = {**(run.tags or {}), **tags}, {**(run.config or {}), **config}
-                    check_run_size(merged_tags, merged_config, max_config_bytes)
-                    run.tags, run.config = merged_tags, merged_config
-                if packs:
-                    pack_store.set_packs(s, packs, pack_rules, run_id=run.id, remove_others=False)
-                s.flush()
-                return run
-        except IntegrityError:
-            continue
-    raise RuntimeError("run creation raced twice")  # pragma: no cover
+    def attempt(_n: int) -> Run:  # a concurrent creator can win the insert: then read its row
+        run = s.scalar(select(Run).where(Run.project == project, Run.name == name))
+        if run is None:
+            check_run_size(tags, config, max_config_bytes)
+            run = Run(project=project, name=name, tags=tags, config=config)
+            s.add(run)
+            s.flush()
+            s.add_all(Rule(run_id=run.id, builtin=True, **r) for r in default_rules)
+        elif tags or config:
+            merged_tags, merged_config = {**(run.tags or {}), **tags}, {**(run.config or {}), **config}
+            check_run_size(merged_tags, merged_config, max_config_bytes)
+            run.tags, run.config = merged_tags, merged_config
+        if packs:
+            pack_store.set_packs(s, packs, pack_rules, run_id=run.id, remove_others=False)
+        s.flush()
+        return run
+    return raced(s, attempt, "run creation")
 
 
 def check_run_size(tags: dict, config: dict, max_config_bytes: int | None) -> None:
@@ -82,47 +78,39 @@ def check_run_size(tags: dict, config: dict, max_config_bytes: int | None) -> No
                            "(keep big artefacts elsewhere and put a link in the config)")
 
 
-def list_runs(db: Database, project: str | None = None, state: str | None = None,
+def list_runs(s: Session, project: str | None = None, state: str | None = None,
               page: PageRequest = PageRequest(limit=100)) -> tuple[list[Run], int | None]:
     """One page of runs, newest first, and the position of the next page (None: the last)."""
-    with db.read() as s:
-        q = select(Run).where(Run.deleted_at.is_(None))
-        if project:
-            q = q.where(Run.project == project)
-        if state:
-            q = q.where(Run.control_state == state)
-        return split_page(s.scalars(keyset(q, Run.id, page)), page, lambda r: r.id)
+    q = select(Run).where(Run.deleted_at.is_(None))
+    if project:
+        q = q.where(Run.project == project)
+    if state:
+        q = q.where(Run.control_state == state)
+    return split_page(s.scalars(keyset(q, Run.id, page)), page, lambda r: r.id)
 
 
-def components_of(db: Database, run_ids: list[int]) -> dict[int, list[Component]]:
+def components_of(s: Session, run_ids: list[int]) -> dict[int, list[Component]]:
     out: dict[int, list[Component]] = {rid: [] for rid in run_ids}
     if not run_ids:
         return out
-    with db.read() as s:
-        q = select(Component).where(Component.run_id.in_(run_ids)).order_by(Component.id)
-        for comp in s.scalars(q):
-            out[comp.run_id].append(comp)
+    q = select(Component).where(Component.run_id.in_(run_ids)).order_by(Component.id)
+    for comp in s.scalars(q):
+        out[comp.run_id].append(comp)
     return out
 
 
-def firing_alert_counts(db: Database, run_ids: list[int]) -> dict[int, dict[str, int]]:
+def firing_alert_counts(s: Session, run_ids: list[int]) -> dict[int, dict[str, int]]:
     out: dict[int, dict[str, int]] = {rid: {} for rid in run_ids}
     if not run_ids:
         return out
-    with db.read() as s:
-        q = (
-            select(Alert.run_id, Alert.severity, func.count())
-            .where(Alert.run_id.in_(run_ids), Alert.status != "resolved")
-            .group_by(Alert.run_id, Alert.severity)
-        )
-        for run_id, severity, n in s.execute(q):
-            out[run_id][severity] = n
+    q = (
+        select(Alert.run_id, Alert.severity, func.count())
+        .where(Alert.run_id.in_(run_ids), Alert.status != "resolved")
+        .group_by(Alert.run_id, Alert.severity)
+    )
+    for run_id, severity, n in s.execute(q):
+        out[run_id][severity] = n
     return out
-
-
-def load_run(db: Database, run_id: int) -> Run:
-    with db.read() as s:
-        return get_run(s, run_id)
 
 
 # ------------------------------------------------------------------ components
@@ -220,7 +208,8 @@ def touch_component(db: Database, run_id: int, component_id: int, now: datetime,
     On SQLite through the group-commit writer (a few transactions a second, queued in Python,
     not on the database lock). On PostgreSQL its own short transaction: in a group transaction
     the process's row would stay locked behind the run rows the group's metric batches update,
-    an order a state change (run, then process) would deadlock against."""
+    an order a state change (run, then process) would deadlock against.
+    Hence the `Database`, not the request's session (backend/store/__init__.py)."""
     pg = db.dialect == "postgresql"
     p = "%s" if pg else "?"
     columns = ", ".join(f"(SELECT {c} FROM runs WHERE runs.id = components.run_id)" for c in CONTROL_COLUMNS)

@@ -7,58 +7,54 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
 from paritywatch.backend.models import DeliveryAttempt, Webhook, WebhookDelivery
 from paritywatch.backend.store.paging import PageRequest, keyset, split_page
 from paritywatch.backend.store.rows import get_or_404, insert_row, update_row
 
 
-def add_webhook(db: Database, **fields) -> Webhook:
-    return insert_row(db, Webhook(**fields))
+def add_webhook(s: Session, **fields) -> Webhook:
+    return insert_row(s, Webhook(**fields))
 
 
-def update_webhook(db: Database, hook_id: int, fields: dict) -> Webhook:
-    return update_row(db, Webhook, hook_id, "webhook", fields)
+def update_webhook(s: Session, hook_id: int, fields: dict) -> Webhook:
+    return update_row(s, Webhook, hook_id, "webhook", fields)
 
 
 def get_webhook(s: Session, hook_id: int) -> Webhook:
     return get_or_404(s, Webhook, hook_id, "webhook")
 
 
-def list_webhooks(db: Database) -> list[Webhook]:
-    with db.read() as s:
-        return list(s.scalars(select(Webhook).order_by(Webhook.id)))
+def list_webhooks(s: Session) -> list[Webhook]:
+    return list(s.scalars(select(Webhook).order_by(Webhook.id)))
 
 
-def delete_webhook(db: Database, hook_id: int) -> None:
-    with db.write() as s:
-        s.delete(get_webhook(s, hook_id))
+def delete_webhook(s: Session, hook_id: int) -> None:
+    s.delete(get_webhook(s, hook_id))
+    s.flush()
 
 
-def rewrite_secrets(db: Database, rewrite: Callable[[str], str | None]) -> int:
-    """Replace every webhook's stored secret by `rewrite(secret)` (None: keep it), in one
-    transaction; how many changed."""
+def rewrite_secrets(s: Session, rewrite: Callable[[str], str | None]) -> int:
+    """Replace every webhook's stored secret by `rewrite(secret)` (None: keep it), in the
+    caller's transaction; how many changed."""
     changed = 0
-    with db.write() as s:
-        for hook in s.scalars(select(Webhook)):
-            new = rewrite(hook.secret)
-            if new is not None:
-                hook.secret = new
-                changed += 1
+    for hook in s.scalars(select(Webhook)):
+        new = rewrite(hook.secret)
+        if new is not None:
+            hook.secret = new
+            changed += 1
     return changed
 
 
-def deliveries_page(db: Database, hook_id: int, page: PageRequest
+def deliveries_page(s: Session, hook_id: int, page: PageRequest
                     ) -> tuple[list[tuple[WebhookDelivery, list[DeliveryAttempt]]], int | None]:
     """One page of a webhook's deliveries, newest first, each with its attempts (oldest first),
     and the position of the next page."""
-    with db.read() as s:
-        get_webhook(s, hook_id)
-        q = keyset(select(WebhookDelivery).where(WebhookDelivery.webhook_id == hook_id), WebhookDelivery.id, page)
-        rows, after = split_page(s.scalars(q), page, lambda d: d.id)
-        attempts: dict[int, list[DeliveryAttempt]] = {d.id: [] for d in rows}
-        if rows:
-            q = select(DeliveryAttempt).where(DeliveryAttempt.delivery_id.in_(attempts)).order_by(DeliveryAttempt.id)
-            for a in s.scalars(q):
-                attempts[a.delivery_id].append(a)
-        return [(d, attempts[d.id]) for d in rows], after
+    get_webhook(s, hook_id)
+    q = keyset(select(WebhookDelivery).where(WebhookDelivery.webhook_id == hook_id), WebhookDelivery.id, page)
+    rows, after = split_page(s.scalars(q), page, lambda d: d.id)
+    attempts: dict[int, list[DeliveryAttempt]] = {d.id: [] for d in rows}
+    if rows:
+        q = select(DeliveryAttempt).where(DeliveryAttempt.delivery_id.in_(attempts)).order_by(DeliveryAttempt.id)
+        for a in s.scalars(q):
+            attempts[a.delivery_id].append(a)
+    return [(d, attempts[d.id]) for d in rows], after

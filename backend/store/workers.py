@@ -10,7 +10,6 @@ import numpy as np
 from sqlalchemy import case, false, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
 from paritywatch.backend.errors import NotFound
 from paritywatch.backend.models import ENDED_PROCESS, ENDED_RUN_STATES, Alert, Component, MetricKey
 from paritywatch.backend.store.metric_packing import decode_range
@@ -86,32 +85,30 @@ def _filtered(run_id: int, f: WorkerFilter, silent_since: datetime | None):
     return q
 
 
-def worker_page(db: Database, run_id: int, f: WorkerFilter, page: PageRequest,
+def worker_page(s: Session, run_id: int, f: WorkerFilter, page: PageRequest,
                 cutoff: datetime) -> tuple[list[Component], int | None]:
     """One page of the run's processes matching `f`, in registration (id) order; `cutoff`: a
     process silent since then has been silent for the heartbeat timeout."""
-    with db.read() as s:
-        run = get_run(s, run_id)
-        rows = s.scalars(keyset(_filtered(run_id, f, _silent_since(run.control_state, cutoff)), Component.id, page,
-                                newest_first=False))
-        return split_page(rows, page, lambda c: c.id)
+    run = get_run(s, run_id)
+    rows = s.scalars(keyset(_filtered(run_id, f, _silent_since(run.control_state, cutoff)), Component.id, page,
+                            newest_first=False))
+    return split_page(rows, page, lambda c: c.id)
 
 
-def run_workers(db: Database, run_id: int, cutoff: datetime) -> RunWorkers:
-    with db.read() as s:
-        run = get_run(s, run_id)
-        trainer = s.execute(
-            select(Component.policy_version, Component.fingerprint_digest)
-            .where(Component.run_id == run_id, Component.side == "trainer")
-            # the reference trainer of the parity check: the first registered with a fingerprint
-            .order_by(Component.fingerprint_digest.is_(None), Component.id).limit(1)
-        ).first()
-        version = s.scalar(select(func.max(Component.policy_version))
-                           .where(Component.run_id == run_id, Component.side == "trainer"))
-        counts = _counts(s, run_id, _silent_since(run.control_state, cutoff))
-        return RunWorkers(run.control_state, version, trainer[1] if trainer else None, _digests(s, run_id), counts,
-                          list(s.scalars(select(Alert).where(Alert.run_id == run_id, Alert.open_key.is_not(None))
-                                         .order_by(Alert.id))))
+def run_workers(s: Session, run_id: int, cutoff: datetime) -> RunWorkers:
+    run = get_run(s, run_id)
+    trainer = s.execute(
+        select(Component.policy_version, Component.fingerprint_digest)
+        .where(Component.run_id == run_id, Component.side == "trainer")
+        # the reference trainer of the parity check: the first registered with a fingerprint
+        .order_by(Component.fingerprint_digest.is_(None), Component.id).limit(1)
+    ).first()
+    version = s.scalar(select(func.max(Component.policy_version))
+                       .where(Component.run_id == run_id, Component.side == "trainer"))
+    counts = _counts(s, run_id, _silent_since(run.control_state, cutoff))
+    return RunWorkers(run.control_state, version, trainer[1] if trainer else None, _digests(s, run_id), counts,
+                      list(s.scalars(select(Alert).where(Alert.run_id == run_id, Alert.open_key.is_not(None))
+                                     .order_by(Alert.id))))
 
 
 def _counts(s: Session, run_id: int, silent_since: datetime | None) -> dict[str, int]:
@@ -135,36 +132,33 @@ def _digests(s: Session, run_id: int) -> list[tuple[str, str, int]]:
     return [(digest, sides[first], n) for digest, first, n in rows]
 
 
-def workers_by_id(db: Database, run_id: int, component_ids: list[int]) -> dict[int, Component]:
+def workers_by_id(s: Session, run_id: int, component_ids: list[int]) -> dict[int, Component]:
     if not component_ids:
         return {}
-    with db.read() as s:
-        q = select(Component).where(Component.run_id == run_id, Component.id.in_(component_ids))
-        return {c.id: c for c in s.scalars(q)}
+    q = select(Component).where(Component.run_id == run_id, Component.id.in_(component_ids))
+    return {c.id: c for c in s.scalars(q)}
 
 
 # ------------------------------------------------------------------ per-worker points
 
-def metric_key(db: Database, run_id: int, key: str) -> MetricKey:
-    with db.read() as s:
-        get_run(s, run_id)
-        mk = find_metric_key(s, run_id, key)
-        if mk is None:
-            raise NotFound(f"run {run_id} has no metric {key!r}")
-        return mk
+def metric_key(s: Session, run_id: int, key: str) -> MetricKey:
+    get_run(s, run_id)
+    mk = find_metric_key(s, run_id, key)
+    if mk is None:
+        raise NotFound(f"run {run_id} has no metric {key!r}")
+    return mk
 
 
-def points_by_worker(db: Database, series_id: int, a: int, b: int,
+def points_by_worker(s: Session, series_id: int, a: int, b: int,
                      budget: RawBudget) -> dict[int | None, tuple[np.ndarray, np.ndarray]]:
     """Raw points of one series with a <= step < b, split by the process that posted them:
     {component_id: (steps, values) sorted by step}. Batches that named no process (or were
     posted before migration 0010) are under None."""
     where, params = chunks_where(series_id, a, b, dense_only=False, table="ch")
-    with db.read() as s:
-        budget.spend(chunk_point_count(s, f"ch {where}", params))
-        rows = s.execute(text(
-            "SELECT ib.component_id, ch.steps, ch.vals FROM metric_chunks ch "
-            f"LEFT JOIN ingest_batches ib ON ib.id = ch.batch_id {where} ORDER BY ch.batch_id"), params).all()
+    budget.spend(chunk_point_count(s, f"ch {where}", params))
+    rows = s.execute(text(
+        "SELECT ib.component_id, ch.steps, ch.vals FROM metric_chunks ch "
+        f"LEFT JOIN ingest_batches ib ON ib.id = ch.batch_id {where} ORDER BY ch.batch_id"), params).all()
     parts: dict[int | None, list[tuple[bytes, bytes]]] = {}
     for component_id, steps, vals in rows:
         parts.setdefault(component_id, []).append((steps, vals))

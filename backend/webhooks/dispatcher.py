@@ -158,11 +158,16 @@ class Dispatcher:
                     log.warning("renewing webhook claims failed", exc_info=True)
 
     def _extend_claims(self, ids: set[int]) -> None:
-        deliveries.extend_claims(self.db, ids, utcnow() + timedelta(seconds=self.settings.webhook_claim_s))
+        with self.db.write() as s:
+            deliveries.extend_claims(s, ids, utcnow() + timedelta(seconds=self.settings.webhook_claim_s))
 
     def _claim(self, limit: int) -> list[int]:
         now = utcnow()
-        return deliveries.claim_due(self.db, limit, now, now + timedelta(seconds=self.settings.webhook_claim_s))
+        with self.db.read() as s:  # the idle poll: nothing due, no write transaction
+            if not deliveries.any_due(s, now):
+                return []
+        with self.db.write() as s:
+            return deliveries.claim_due(s, limit, now, now + timedelta(seconds=self.settings.webhook_claim_s))
 
     # --- one delivery ---
 
@@ -180,7 +185,8 @@ class Dispatcher:
             self._in_flight.discard(delivery_id)
 
     def _load(self, delivery_id: int) -> tuple[WebhookDelivery | None, Webhook | None]:
-        return deliveries.load_delivery(self.db, delivery_id)
+        with self.db.read() as s:
+            return deliveries.load_delivery(s, delivery_id)
 
     async def _send(self, client: httpx.AsyncClient, hook: Webhook, delivery: WebhookDelivery) -> Attempt:
         try:
@@ -245,7 +251,8 @@ class Dispatcher:
             values["delivered_at"] = now
         elif outcome.status == "pending":
             values["next_attempt_at"] = now + timedelta(seconds=outcome.delay_s)
-        deliveries.record_attempt(self.db, delivery.id, attempt.status_code, attempt.error, duration_ms, values)
+        with self.db.write() as s:  # the attempt and its outcome in one transaction
+            deliveries.record_attempt(s, delivery.id, attempt.status_code, attempt.error, duration_ms, values)
         if outcome.status == "failed":
             log.warning("webhook delivery %s failed for good after %d attempts: %s", delivery.event_id, attempts,
                         attempt.error)

@@ -75,4 +75,5 @@ def reseal_all(db: Database, box: SecretBox, legacy_only: bool = False) -> int:
     def resealed(secret: str) -> str | None:
         return None if legacy_only and secret.startswith(PREFIX) else box.reseal(secret)
 
-    return rewrite_secrets(db, resealed)
+    with db.write() as s:  # one transaction: every secret under the same key, or none
+        return rewrite_secrets(s, resealed)

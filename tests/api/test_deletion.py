@@ -43,6 +43,11 @@ def rows_of(app, run_id: int) -> dict[str, int]:
     return out
 
 
+def pending_deletions(app) -> list[int]:
+    with app.state.db.read() as s:
+        return retention.pending_deletions(s)
+
+
 def seed(client, app, name: str, batches: int = 12) -> dict:
     """A run with processes, dense and sparse metric batches, rules, control changes, alerts and
     webhook deliveries about it."""
@@ -112,7 +117,8 @@ def test_each_purge_step_removes_at_most_its_limit(db_url, settings):
     app = create_app(settings, upgrade_schema=False)
     with local_client(app) as client:
         run = seed(client, app, "big", batches=30)
-        retention.request_deletion(app.state.db, run["id"], "test", None)
+        with app.state.db.write() as s:
+            retention.request_deletion(s, run["id"], "test", None)
         remover = retention.RowRemover(app.state.db, app.state.metrics)
         chunks = rows_of(app, run["id"])["metric_chunks"]
         assert chunks > 20
@@ -122,7 +128,7 @@ def test_each_purge_step_removes_at_most_its_limit(db_url, settings):
         # nothing runs in the background here: the janitor of a restarted server finishes it
         Janitor(app.state.db, app.state.metrics, settings).run_once()
         assert set(rows_of(app, run["id"]).values()) == {0}
-        assert retention.pending_deletions(app.state.db) == []
+        assert pending_deletions(app) == []
 
 
 def test_a_new_run_that_reuses_a_deleted_runs_id_gets_none_of_its_series(client, app):
@@ -130,7 +136,7 @@ def test_a_new_run_that_reuses_a_deleted_runs_id_gets_none_of_its_series(client,
     old run must not send the new run's points into the old (deleted) series."""
     first = seed(client, app, "first", batches=3)
     client.delete(f"/api/v1/runs/{first['id']}")
-    wait_for(lambda: not retention.pending_deletions(app.state.db), timeout_s=30)
+    wait_for(lambda: not pending_deletions(app), timeout_s=30)
     second = new_run(client, "second")
     body = {"client_id": "second", "seq": 0, "steps": [5, 6], "series": {"loss": [7.0, 8.0]}}
     assert client.post(f"/api/v1/runs/{second['id']}/metrics", json=body).status_code == 200

@@ -64,7 +64,8 @@ def flags(db: Database) -> set[tuple[int, bool]]:
 def assert_reads_match(db: Database, run_id: int, written, reads) -> None:
     store = MetricStore(db)
     for points, lo, hi in reads:
-        got = store.series(run_id, "s", points, lo, hi)
+        with db.read() as s:
+            got = store.series(s, run_id, "s", points, lo, hi)
         in_range = [p for p in written if lo <= p[0] <= hi]
         expected = sorted(brute_force(in_range, got["origin"], got["bucket_width"]).items())
         b, where = got["buckets"], f"points={points} [{lo}, {hi}] width={got['bucket_width']}"
@@ -89,8 +90,8 @@ def test_retention_folds_only_chunks_outside_level1(db, monkeypatch):
     # no equal steps: prune_some lets a pruned chunk win a tie with level 1, even over a later point (known)
     run_id, written = write_both_eras(db, monkeypatch, 2, overlap=False)
     store = MetricStore(db)
-    whole = store.series(run_id, "s", 50, None, None)
     with db.read() as s:
+        whole = store.series(s, run_id, "s", 50, None, None)
         sid = s.execute(text("SELECT id FROM metric_keys")).scalar()
         batch_ids = list(s.execute(text("SELECT id FROM ingest_batches ORDER BY id")).scalars())
     remover = RowRemover(db, store)
@@ -101,7 +102,8 @@ def test_retention_folds_only_chunks_outside_level1(db, monkeypatch):
         level1 = s.execute(text("SELECT sum(count) FROM metric_rollups WHERE level = 1")).scalar()
         raw_outside = s.execute(text("SELECT coalesce(sum(count), 0) FROM metric_chunks WHERE NOT in_level1")).scalar()
     assert level1 + raw_outside == len(written)  # every point in level 1 or in a raw chunk outside it, once
-    assert store.series(run_id, "s", 50, None, None)["buckets"] == whole["buckets"]
+    with db.read() as s:
+        assert store.series(s, run_id, "s", 50, None, None)["buckets"] == whole["buckets"]
     # from below the raw floor reads come from roll-ups (and dense chunks' raw points), exact per
     # bucket; ranges end on the 16-step grid, which such reads widen to
     below, hi = floor // 16 * 16 - 1, max(p[0] for p in written)

@@ -30,7 +30,8 @@ def api(app):
 
 def sweep(app, after_s: float = TIMEOUT_S + 1) -> dict:
     """The heartbeat sweep as if `after_s` seconds had passed."""
-    return run_state.sweep(app.state.effects, app.state.db, TIMEOUT_S, now=utcnow() + timedelta(seconds=after_s))
+    with app.state.effects.write(app.state.db) as s:
+        return run_state.sweep(s, TIMEOUT_S, now=utcnow() + timedelta(seconds=after_s))
 
 
 def new_run(api, name: str, *workers: tuple[str, str]) -> tuple[int, dict[str, int]]:
@@ -160,7 +161,8 @@ def test_a_rollout_killed_after_the_run_finished_is_ended_not_live_and_pages_nob
 
     run_id, ids = new_run(api, "sigterm", ("trainer", "t0"), ("rollout", "r0"), ("rollout", "r1"))
     close(api, run_id, ids["t0"])
-    version = run_snapshots(app.state.db, [run_id], TIMEOUT_S)[run_id]["components_version"]
+    with app.state.db.read() as s:
+        version = run_snapshots(s, [run_id], TIMEOUT_S)[run_id]["components_version"]
     silence(app, ids["r0"], TIMEOUT_S - 5)
     assert shown_states(api, run_id)["states"] == {"t0": "closed", "r0": "live", "r1": "live"}  # not silent long enough
     silence(app, ids["r0"])
@@ -170,7 +172,8 @@ def test_a_rollout_killed_after_the_run_finished_is_ended_not_live_and_pages_nob
     assert [w["worker_id"] for w in api.get(f"/api/v1/runs/{run_id}/workers", params={"state": "ended"}).json()["workers"]] == ["r0"]
     assert [w["worker_id"] for w in api.get(f"/api/v1/runs/{run_id}/workers", params={"state": "live"}).json()["workers"]] == ["r1"]
     # an open run page hears of it: nothing was written, yet the stream's components version moved
-    assert run_snapshots(app.state.db, [run_id], TIMEOUT_S)[run_id]["components_version"] != version
+    with app.state.db.read() as s:
+        assert run_snapshots(s, [run_id], TIMEOUT_S)[run_id]["components_version"] != version
     assert sweep(app)["lost"] == 0 and alerts(api, run_id) == []  # a clean end pages nobody
 
     # a beat: it was alive after all

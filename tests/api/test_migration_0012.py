@@ -74,7 +74,8 @@ def test_0012_keeps_what_every_read_returns_both_ways(empty_db_url, monkeypatch)
     def reads() -> list:
         database = Database(url)
         try:
-            return [MetricStore(database).series(run_id, "s", n, lo, hi) for lo, hi, n in ranges]
+            with database.read() as s:
+                return [MetricStore(database).series(s, run_id, "s", n, lo, hi) for lo, hi, n in ranges]
         finally:
             database.dispose()
 

@@ -86,7 +86,8 @@ def test_level1_rollups_are_rebuilt_both_ways_and_reads_do_not_change(empty_db_u
     ranges = [(None, None, 1000), (100, 9_000, 300), (0, step, 500)]
 
     def reads(database) -> list:
-        return [MetricStore(database).series(run_id, "s", n, lo, hi) for lo, hi, n in ranges]
+        with database.read() as s:
+            return [MetricStore(database).series(s, run_id, "s", n, lo, hi) for lo, hi, n in ranges]
 
     def level1_count() -> int:
         engine = make_engine(url)

@@ -54,7 +54,8 @@ class Clock:
         return (utcnow() - self.t0).total_seconds()
 
     def sweep(self, t: float) -> None:
-        run_state.sweep(self.app.state.effects, self.app.state.db, TIMEOUT, now=self.t0 + timedelta(seconds=t))
+        with self.app.state.effects.write(self.app.state.db) as s:
+            run_state.sweep(s, TIMEOUT, now=self.t0 + timedelta(seconds=t))
 
 
 def hook(api, url: str, **extra) -> dict:

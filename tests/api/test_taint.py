@@ -160,7 +160,8 @@ def deliver(app) -> None:
 
 
 def sweep_after_timeout(app) -> None:
-    run_state.sweep(app.state.effects, app.state.db, TIMEOUT, now=utcnow() + timedelta(seconds=TIMEOUT + 1))
+    with app.state.effects.write(app.state.db) as s:
+        run_state.sweep(s, TIMEOUT, now=utcnow() + timedelta(seconds=TIMEOUT + 1))
 
 
 @pytest.mark.parametrize("end", ["finished", "stopped", "crashed"])

@@ -176,7 +176,8 @@ def test_a_lost_worker_is_lost_with_its_heartbeat_alert(client, app):
     ids = {w: register(client, run_id, side, w) for side, w in (("trainer", "t0"), ("rollout", "r0"), ("rollout", "r1"))}
     with app.state.db.write() as s:  # r0 went silent an hour ago; the others just beat
         s.get(Component, ids["r0"]).last_heartbeat = utcnow() - timedelta(hours=1)
-    assert run_state.sweep(app.state.effects, app.state.db, 60.0)["lost"] == 1
+    with app.state.effects.write(app.state.db) as s:
+        assert run_state.sweep(s, 60.0)["lost"] == 1
     rows, _, first = all_pages(client, run_id)
     workers = by_worker(rows)
     assert workers["r0"]["state"] == "lost" and [a["kind"] for a in workers["r0"]["alerts"]] == ["heartbeat_lost"]

@@ -7,7 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from paritywatch.backend.api.deps import DbDep, EngineDep, IngestBulkDep, ReadDep
+from paritywatch.backend.alerts.effects import after_commit
+from paritywatch.backend.api.deps import EngineDep, IngestBulkDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.api.query import AuditSamplesPage, AuditsPage, encode_cursor
 from paritywatch.backend.schemas.audits import AuditBatch, AuditList, AuditOut, AuditSampleList, AuditSampleOut, AuditStored, AuditWindowOut
 from paritywatch.backend.store import audits as audit_store
@@ -24,32 +25,32 @@ def shown(token: str) -> str:
 
 
 @router.post("", response_model=AuditStored, summary="Post one rollout batch's per-sample audit (idempotent)")
-def post_audit(run_id: int, body: AuditBatch, db: DbDep, engine: EngineDep, _: IngestBulkDep) -> AuditStored:
-    audit_id = audit_store.store_audit(db, run_id, body.model_dump())
+def post_audit(run_id: int, body: AuditBatch, s: WriteSession, engine: EngineDep, _: IngestBulkDep) -> AuditStored:
+    audit_id = audit_store.store_audit(s, run_id, body.model_dump())
     if audit_id is None:
         # A retry: if the first attempt's evaluation failed, its job is still queued. Do it now.
-        engine.process_pending(run_id=run_id)
+        after_commit(s, lambda: engine.process_pending(run_id=run_id))
         return AuditStored(id=None, duplicate=True)
-    engine.on_audit(run_id)  # its job was written with the audit: evaluated exactly once
+    after_commit(s, lambda: engine.on_audit(run_id))  # its job was written with the audit: evaluated exactly once
     return AuditStored(id=audit_id, duplicate=False)
 
 
 @router.get("", response_model=AuditList, summary="The run's audited batches, newest first, with their worst samples")
-def list_audits(run_id: int, db: DbDep, _: ReadDep, page: AuditsPage,
+def list_audits(run_id: int, s: ReadSession, _: ReadDep, page: AuditsPage,
                 failing: Annotated[bool, Query(description="only batches with a failure of any cause (length "
                                                             "parity, re-render, token identity, truncation, lost "
                                                             "finish reason, eos sampled past, image features)")] = False,
                 ) -> AuditList:
-    audits, after = audit_store.list_audits(db, run_id, page, failing)
+    audits, after = audit_store.list_audits(s, run_id, page, failing)
     return AuditList(audits=[_audit_out(a) for a in audits], next_cursor=encode_cursor(after))
 
 
 @router.get("/samples", response_model=AuditSampleList,
             summary="The worst samples of the run, or of one audited batch: newest batch first, worst first")
-def list_samples(run_id: int, db: DbDep, _: ReadDep, page: AuditSamplesPage,
+def list_samples(run_id: int, s: ReadSession, _: ReadDep, page: AuditSamplesPage,
                  audit_id: Annotated[int | None, Query(ge=1, le=2**63 - 1, description="only this batch")] = None,
                  ) -> AuditSampleList:
-    rows, after = audit_store.list_samples(db, run_id, page, audit_id)
+    rows, after = audit_store.list_samples(s, run_id, page, audit_id)
     return AuditSampleList(samples=[_sample_out(sample, step) for sample, step in rows], next_cursor=encode_cursor(after))
 
 

@@ -67,13 +67,15 @@ CountersDep = Annotated[IngestCounters, Depends(app_service("counters"))]
 
 
 class StoreCollector(Collector):
-    """Gauges read from the database at scrape time."""
+    """Gauges read from the database at scrape time: one read of its own per scrape
+    (prometheus_client calls `collect` with nothing to pass a session in)."""
 
     def __init__(self, db: Database):
         self.db = db
 
     def collect(self):
-        counts = service_counts(self.db)
+        with self.db.read() as s:
+            counts = service_counts(s)
         yield _gauge("paritywatch_runs", "Runs by control state.", "state", RUN_STATES, counts["runs"])
         yield _gauge("paritywatch_alerts_open", "Open (firing or acknowledged) alerts by severity.", "severity",
                      SEVERITIES, counts["alerts"])

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from paritywatch.backend.api.deps import IngestBulkDep, MetricsDep, ReadDep, SettingsDep, app_service
+from paritywatch.backend.api.deps import IngestBulkDep, MetricsDep, ReadDep, ReadSession, SettingsDep, app_service
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
 from paritywatch.backend.api.query import KeysPage, encode_cursor
 from paritywatch.backend.schemas.metrics import MetricBatch, MetricBatchResult, MetricKeyList, MetricKeyOut, SeriesOut, SeriesTimesOut
@@ -26,8 +26,8 @@ async def post_metrics(run_id: int, request: Request, _: IngestBulkDep, ingest: 
 
 
 @router.get("/metrics", response_model=MetricKeyList, summary="The run's metric keys with counts, by name (paginated)")
-def list_keys(run_id: int, store: MetricsDep, _: ReadDep, page: KeysPage) -> MetricKeyList:
-    keys, after = store.keys(run_id, page)
+def list_keys(run_id: int, store: MetricsDep, s: ReadSession, _: ReadDep, page: KeysPage) -> MetricKeyList:
+    keys, after = store.keys(s, run_id, page)
     return MetricKeyList(keys=[MetricKeyOut.model_validate(k, from_attributes=True) for k in keys],
                          next_cursor=encode_cursor(after))
 
@@ -36,6 +36,7 @@ def list_keys(run_id: int, store: MetricsDep, _: ReadDep, page: KeysPage) -> Met
 def read_series(
     run_id: int,
     store: MetricsDep,
+    s: ReadSession,
     settings: SettingsDep,
     _: ReadDep,
     key: Annotated[str, Query(min_length=1, max_length=MAX_KEY_LENGTH)],
@@ -44,7 +45,7 @@ def read_series(
     step_max: Annotated[int | None, Query(ge=0, le=MAX_STEP)] = None,
 ) -> SeriesOut:
     limit = settings.max_read_raw_points
-    return SeriesOut(**store.series(run_id, key, points, step_min, step_max, limit))
+    return SeriesOut(**store.series(s, run_id, key, points, step_min, step_max, limit))
 
 
 @router.get("/series/times", response_model=SeriesTimesOut,
@@ -52,8 +53,9 @@ def read_series(
 def read_series_times(
     run_id: int,
     store: MetricsDep,
+    s: ReadSession,
     _: ReadDep,
     key: Annotated[str, Query(min_length=1, max_length=MAX_KEY_LENGTH)],
     points: Annotated[int, Query(ge=1, le=20_000)] = 1000,
 ) -> SeriesTimesOut:
-    return SeriesTimesOut(**store.step_times(run_id, key, points))
+    return SeriesTimesOut(**store.step_times(s, run_id, key, points))

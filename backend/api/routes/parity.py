@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from paritywatch.backend.api.deps import DbDep, ReadDep
+from paritywatch.backend.api.deps import ReadDep, ReadSession
 from paritywatch.backend.detect.parity import compute_parity
 from paritywatch.backend.store import fingerprints as fp_store
-from paritywatch.backend.store.runs import load_run
+from paritywatch.backend.store.runs import get_run
 
 router = APIRouter(tags=["parity"])
 
@@ -16,9 +16,9 @@ def _comp(c) -> dict:
 
 
 @router.get("/runs/{run_id}/parity", summary="Trainer vs rollout processors, grouped by fingerprint")
-def parity(run_id: int, db: DbDep, _: ReadDep) -> dict:
-    load_run(db, run_id)
-    p = compute_parity(fp_store.fingerprints_of_run(db, run_id))
+def parity(run_id: int, s: ReadSession, _: ReadDep) -> dict:
+    get_run(s, run_id)
+    p = compute_parity(fp_store.fingerprint_rows(s, run_id))
     return {
         "trainer": _comp(p.reference) if p.reference is not None else None,
         "groups": [

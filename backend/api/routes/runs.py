@@ -6,7 +6,9 @@ from fastapi import APIRouter, Query, Response
 
 from paritywatch.backend.alerts import taint
 from paritywatch.backend.alerts.silences import muted_count
-from paritywatch.backend.api.deps import AdminDep, DbDep, EngineDep, IngestDep, JanitorDep, ReadDep, SettingsDep, require_project
+from paritywatch.backend.alerts.effects import after_commit
+from paritywatch.backend.api.deps import (AdminDep, EngineDep, IngestDep, JanitorDep, ReadDep, ReadSession, SettingsDep,
+                                          WriteSession, require_project)
 from paritywatch.backend.api.query import DeletionsPage, RunsPage, encode_cursor
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.detect import taint as taint_logic
@@ -61,73 +63,70 @@ def run_out(run, components, firing, packs, suggested=(), facts=None, *, cutoff)
 
 
 @router.post("", response_model=RunOut, summary="Create a run, or get it if (project, name) exists")
-def create_or_get_run(body: RunCreate, db: DbDep, settings: SettingsDep, engine: EngineDep, who: IngestDep) -> RunOut:
+def create_or_get_run(body: RunCreate, s: WriteSession, settings: SettingsDep, engine: EngineDep, who: IngestDep) -> RunOut:
     require_project(who, body.project)
     max_config = settings.max_run_config_bytes
-    run = run_store.create_or_get_run(db, body.name, body.project, body.tags, body.config, max_config,
+    run = run_store.create_or_get_run(s, body.name, body.project, body.tags, body.config, max_config,
                                       default_rules=BUILTIN_RULES, packs=body.packs, pack_rules=pack_catalog.rules_of)
     if body.packs:
-        engine.forget_rules(run.id)
-    return _detailed(db, run, settings)
+        after_commit(s, lambda: engine.forget_rules(run.id))
+    return _detailed(s, run, settings)
 
 
 @router.get("", response_model=RunList, summary="List runs, newest first (paginated)")
-def list_runs(db: DbDep, settings: SettingsDep, _: ReadDep, page: RunsPage, project: str | None = None,
+def list_runs(s: ReadSession, settings: SettingsDep, _: ReadDep, page: RunsPage, project: str | None = None,
               state: StateFilter = None) -> RunList:
-    runs, after = run_store.list_runs(db, project, state, page)
+    runs, after = run_store.list_runs(s, project, state, page)
     ids = [r.id for r in runs]
-    comps = run_store.components_of(db, ids)
-    firing = run_store.firing_alert_counts(db, ids)
-    with db.read() as s:
-        packs = pack_store.enabled_for_runs(s, [(r.id, r.project) for r in runs])
-        facts = _facts(s, runs)
+    comps = run_store.components_of(s, ids)
+    firing = run_store.firing_alert_counts(s, ids)
+    packs = pack_store.enabled_for_runs(s, [(r.id, r.project) for r in runs])
+    facts = _facts(s, runs)
     cutoff = silent_cutoff(utcnow(), settings.heartbeat_timeout_s)
     return RunList(runs=[run_out(r, comps[r.id], firing[r.id], packs[r.id], facts=facts[r.id], cutoff=cutoff) for r in runs],
                    next_cursor=encode_cursor(after))
 
 
 @router.get("/{run_id}", response_model=RunOut, summary="One run with its components and control state")
-def get_run(run_id: int, db: DbDep, settings: SettingsDep, _: ReadDep) -> RunOut:
-    return _detailed(db, run_store.load_run(db, run_id), settings)
+def get_run(run_id: int, s: ReadSession, settings: SettingsDep, _: ReadDep) -> RunOut:
+    return _detailed(s, run_store.get_run(s, run_id), settings)
 
 
 @router.delete("/{run_id}", status_code=204, summary="Delete a run with all its data (admin)")
-def delete_run(run_id: int, db: DbDep, janitor: JanitorDep, who: AdminDep,
+def delete_run(run_id: int, s: WriteSession, janitor: JanitorDep, who: AdminDep,
                reason: Annotated[str | None, Query(max_length=2000)] = None) -> Response:
     """The run is gone for the API at once (404, ingest refused, its name free); its points,
     roll-ups, alerts and webhook deliveries are removed in the background in small steps that do
     not stall ingest. `GET /run-deletions` keeps the record."""
-    retention.request_deletion(db, run_id, who.name, reason)
-    janitor.wake()
+    retention.request_deletion(s, run_id, who.name, reason)
+    after_commit(s, janitor.wake)
     return Response(status_code=204)
 
 
 @deletions.get("", response_model=RunDeletionList, summary="Run deletions, newest first (paginated)")
-def list_deletions(db: DbDep, _: ReadDep, page: DeletionsPage) -> RunDeletionList:
-    rows, after = retention.list_deletions(db, page)
+def list_deletions(s: ReadSession, _: ReadDep, page: DeletionsPage) -> RunDeletionList:
+    rows, after = retention.list_deletions(s, page)
     return RunDeletionList(deletions=[RunDeletionOut.model_validate(d, from_attributes=True) for d in rows],
                            next_cursor=encode_cursor(after))
 
 
 @router.get("/{run_id}/taint", response_model=RunTaintOut,
             summary="What the run trained on: its tainted step ranges, and whether a checkpoint at `step` was trained on them")
-def get_taint(run_id: int, db: DbDep, _: ReadDep,
+def get_taint(run_id: int, s: ReadSession, _: ReadDep,
               step: Annotated[int | None, Query(ge=0, le=MAX_STEP, description="a checkpoint's step: judge it")] = None,
               ) -> RunTaintOut:
-    with db.read() as s:
-        run = run_store.get_run(s, run_id)
-        record = taint.record_of(s, run)
+    run = run_store.get_run(s, run_id)
+    record = taint.record_of(s, run)
     checkpoint = taint_logic.checkpoint(record, step) if step is not None else None
     return RunTaintOut(**record, run_id=run.id, state=run.control_state, last_step=run.last_step, checkpoint=checkpoint)
 
 
-def _detailed(db, run, settings) -> RunOut:
-    comps = run_store.components_of(db, [run.id])[run.id]
-    firing = run_store.firing_alert_counts(db, [run.id])[run.id]
-    with db.read() as s:
-        packs = pack_store.enabled_for_runs(s, [(run.id, run.project)])[run.id]
-        posted = pack_store.keys_present(s, run.id, pack_catalog.all_keys())
-        facts = _facts(s, [run])[run.id]
+def _detailed(s, run, settings) -> RunOut:
+    comps = run_store.components_of(s, [run.id])[run.id]
+    firing = run_store.firing_alert_counts(s, [run.id])[run.id]
+    packs = pack_store.enabled_for_runs(s, [(run.id, run.project)])[run.id]
+    posted = pack_store.keys_present(s, run.id, pack_catalog.all_keys())
+    facts = _facts(s, [run])[run.id]
     return run_out(run, comps, firing, packs, pack_catalog.suggest(posted, set(packs)), facts,
                    cutoff=silent_cutoff(utcnow(), settings.heartbeat_timeout_s))
 

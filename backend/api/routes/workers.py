@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from paritywatch.backend.api.deps import DbDep, ReadDep, SettingsDep
+from paritywatch.backend.api.deps import ReadDep, ReadSession, SettingsDep
 from paritywatch.backend.api.query import WorkersPage, encode_cursor
 from paritywatch.backend.detect import workers as view
 from paritywatch.backend.models import PROCESS_STATES, utcnow
@@ -25,7 +25,7 @@ Fingerprint = Annotated[str | None, Query(
 
 @router.get("", response_model=WorkerList, summary="The run's processes with version, lag, throughput and alerts (paginated)")
 def list_workers(
-    run_id: int, db: DbDep, settings: SettingsDep, _: ReadDep, page: WorkersPage,
+    run_id: int, s: ReadSession, settings: SettingsDep, _: ReadDep, page: WorkersPage,
     state: Annotated[Literal[PROCESS_STATES] | None, Query(description="only processes in this state")] = None,
     side: Annotated[Literal[contract.SIDES] | None, Query(description="only this side")] = None,
     fingerprint: Fingerprint = None,
@@ -35,8 +35,8 @@ def list_workers(
     whole run, whatever the filter. Lag = the trainer's version minus the worker's. A live process
     of an ended run silent for the heartbeat timeout is `ended` (shut down without closing)."""
     cutoff = store.silent_cutoff(utcnow(), settings.heartbeat_timeout_s)
-    run = store.run_workers(db, run_id, cutoff)
-    rows, after = store.worker_page(db, run_id, store.WorkerFilter(state, side, fingerprint, q), page, cutoff)
+    run = store.run_workers(s, run_id, cutoff)
+    rows, after = store.worker_page(s, run_id, store.WorkerFilter(state, side, fingerprint, q), page, cutoff)
     labels = view.group_labels([d for d, _, _ in run.digests], run.trainer_digest)
     alerts = view.alerts_by_component(run.open_alerts, rows)
     return WorkerList(
@@ -67,7 +67,7 @@ def _worker_out(c, run: store.RunWorkers, labels: dict[str, str], alerts: list, 
 @router.get("/series", response_model=WorkerSeriesOut,
             summary="One metric per process that posted it: the outlier workers' lines over the aggregate")
 def worker_series(
-    run_id: int, settings: SettingsDep, db: DbDep, _: ReadDep,
+    run_id: int, settings: SettingsDep, s: ReadSession, _: ReadDep,
     key: Annotated[str, Query(min_length=1, max_length=200)],
     points: Annotated[int, Query(ge=1, le=2000, description="buckets over the range")] = 200,
     top: Annotated[int, Query(ge=1, le=64, description="how many workers to return, furthest from the median first")] = 8,
@@ -76,7 +76,7 @@ def worker_series(
 ) -> WorkerSeriesOut:
     """Read from the raw points (each batch knows its sender; roll-ups do not), so the range
     costs at most `PARITYWATCH_MAX_READ_RAW_POINTS` decoded points (422 beyond: narrow it)."""
-    mk = store.metric_key(db, run_id, key)
+    mk = store.metric_key(s, run_id, key)
     lo = mk.first_step if step_min is None else step_min
     hi = mk.last_step if step_max is None else step_max
     if lo is None or hi is None or hi < lo:
@@ -86,11 +86,11 @@ def worker_series(
     if lo is not None:
         width = max(1, -(-(hi + 1 - lo) // points))
         budget = RawBudget(settings.max_read_raw_points)
-        parts = store.points_by_worker(db, mk.id, lo, hi + 1, budget)
+        parts = store.points_by_worker(s, mk.id, lo, hi + 1, budget)
     aggregate = view.bucket_means(*view.all_points(parts), lo or 0, width)
     unattributed = parts.pop(None, None)
     outliers, median = view.rank_outliers(parts, top)
-    comps = store.workers_by_id(db, run_id, [o.component_id for o in outliers])
+    comps = store.workers_by_id(s, run_id, [o.component_id for o in outliers])
     return WorkerSeriesOut(
         key=key, step_min=lo, step_max=hi, bucket_width=width, aggregate=aggregate,
         workers_median=median, workers_with_points=len(parts),

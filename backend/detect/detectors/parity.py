@@ -29,15 +29,15 @@ class ParityDetector(Detector):
     def _warm_diffs(self, run_id: int) -> None:
         """Diff every trainer processor of the run against every other one it has (a few
         distinct digests, cached by pair): what the evaluation under the lock will ask for."""
-        pairs = fp_store.digests_of_run(self.db, run_id)
-        trainers = {d for side, d in pairs if side == "trainer"}
-        others = {d for _, d in pairs} - trainers
-        todo = [(a, b) for a in trainers for b in others if not diff_is_cached(a, b)]
-        if todo:
-            bodies = fp_store.bodies_of(self.db, trainers | others)
-            for a, b in todo:
-                if a in bodies and b in bodies:
-                    diff_cached(a, bodies[a], b, bodies[b])
+        with self.db.read() as s:  # closed before the diffing: no snapshot held through CPU work
+            pairs = fp_store.digests_of_run(s, run_id)
+            trainers = {d for side, d in pairs if side == "trainer"}
+            others = {d for _, d in pairs} - trainers
+            todo = [(a, b) for a in trainers for b in others if not diff_is_cached(a, b)]
+            bodies = fp_store.bodies_of(s, trainers | others) if todo else {}
+        for a, b in todo:
+            if a in bodies and b in bodies:
+                diff_cached(a, bodies[a], b, bodies[b])
 
     def apply(self, run_id: int, job: Job | None = None) -> bool:
         return self._apply_parity(run_id)
