@@ -13,6 +13,12 @@ from paritywatch.backend.db import Database
 from tests.api.conftest import new_run
 
 
+@pytest.fixture
+def settings(settings):
+    """No background workers: their sweeps and polls would begin transactions of their own."""
+    return settings.model_copy(update={"run_background_workers": False})
+
+
 @contextmanager
 def transactions_begun(app) -> Iterator[list]:
     begun: list = []
