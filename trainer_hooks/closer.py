@@ -103,7 +103,8 @@ def close_at_exit(monitor: "ParityMonitor") -> None:
     _LIVE.add(monitor)
 
 
-def closed(monitor: "ParityMonitor") -> None:
+def skip_at_exit(monitor: "ParityMonitor") -> None:
+    """`monitor` closed: nothing left to do at exit."""
     _LIVE.discard(monitor)
 
 
@@ -111,10 +112,10 @@ def register_fork_finalizer(monitor: "ParityMonitor") -> None:
     """multiprocessing's fork children leave through os._exit (no atexit); its finalizers run."""
     import multiprocessing.util
 
-    multiprocessing.util.Finalize(None, _close_at_exit, args=(weakref.ref(monitor),), exitpriority=100)
+    multiprocessing.util.Finalize(None, _close_if_ours, args=(weakref.ref(monitor),), exitpriority=100)
 
 
-def _close_at_exit(ref: "weakref.ref[ParityMonitor]") -> None:
+def _close_if_ours(ref: "weakref.ref[ParityMonitor]") -> None:
     monitor = ref()
     if monitor is not None and monitor._pid == os.getpid():  # a fork child's copy it never used is the parent's
         monitor.close(monitor.atexit_timeout_s)
@@ -123,4 +124,4 @@ def _close_at_exit(ref: "weakref.ref[ParityMonitor]") -> None:
 @atexit.register
 def _close_all_at_exit() -> None:
     for monitor in list(_LIVE):
-        _close_at_exit(weakref.ref(monitor))
+        _close_if_ours(weakref.ref(monitor))

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from . import contract
 from .attester import WeightAttester
-from .closer import Closer, close_at_exit, closed, register_fork_finalizer
+from .closer import Closer, close_at_exit, register_fork_finalizer, skip_at_exit
 from .composer import FingerprintComposer
 from .control import ControlPoller, ControlState
 from .fingerprint.model_config import model_components
@@ -457,7 +457,7 @@ class ParityMonitor:
         if self._closed or not self.enabled:
             return True
         self._closed = True
-        closed(self)
+        skip_at_exit(self)
         return self._closer.close(timeout)
 
     def stats(self) -> dict[str, Any]:
