@@ -12,6 +12,7 @@ from paritywatch.backend.api.query import AlertsPage, EventsPage, encode_cursor
 from paritywatch.backend.models import Alert, utcnow
 from paritywatch.backend.schemas.alerts import AlertEvents, AlertEventOut, AlertList, AlertNote, AlertOut
 from paritywatch.backend.schemas.runs import RunSettings
+from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.store import alerts as alert_store
 from paritywatch.backend.store import packs as pack_store
@@ -44,7 +45,7 @@ def all_alerts(s: ReadSession, _: ReadDep, page: AlertsPage, status: StatusFilte
     return AlertList(alerts=_marked(s, rows), next_cursor=encode_cursor(after))
 
 
-@router.post("/alerts/{alert_id}/acknowledge", response_model=AlertOut, summary="Acknowledge a firing alert")
+@router.post("/alerts/{alert_id}/acknowledge", response_model=AlertOut, responses=CONFLICT_RESPONSE, summary="Acknowledge a firing alert")
 def acknowledge(alert_id: int, s: WriteSession, who: AdminDep, body: OptionalNote = None) -> AlertOut:
     alert = lifecycle.get_alert(s, alert_id)
     run = get_run(s, alert.run_id)

@@ -11,6 +11,7 @@ from paritywatch.backend.alerts.effects import after_commit
 from paritywatch.backend.api.deps import AdminDep, NotifierDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.models import Silence, utcnow
 from paritywatch.backend.schemas.silences import SilenceIn, SilenceList, SilenceOut
+from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.store import notifications as notification_store
 from paritywatch.backend.store import silences as store
 from paritywatch.backend.store.runs import get_run
@@ -45,7 +46,7 @@ def list_silences(s: ReadSession, _: ReadDep, state: StateFilter = "active", run
     return SilenceList(silences=[_out(x) for x in store.listing(s, state, utcnow(), run)])
 
 
-@router.post("/{silence_id}/expire", response_model=SilenceOut, summary="End a silence now (admin)")
+@router.post("/{silence_id}/expire", response_model=SilenceOut, responses=CONFLICT_RESPONSE, summary="End a silence now (admin)")
 def expire_silence(silence_id: int, s: WriteSession, notifier: NotifierDep, who: AdminDep) -> SilenceOut:
     silence = store.expire(s, silence_id, who.name)
     notification_store.recheck_waiting(s, utcnow())  # what it muted may be due now
