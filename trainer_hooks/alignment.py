@@ -6,8 +6,8 @@ Two kinds of checks live here:
 * token checks that need the trainer's processor (re-render, decode, eos, vocab). They are the only
   ones that catch a template or tokenizer mismatch in a token-in/token-out pipeline, where both
   sides score the same ids and log-prob metrics stay clean;
-* numeric checks on log-probs (ratios, KL estimators), vectorised over one padded
-  ``[batch, max_len]`` array with numpy or torch.
+* numeric checks on log-probs (ratios, KL estimators), vectorised with numpy or torch: the two
+  sides padded into ``[batch, max_len]`` arrays, then compressed to the scored tokens.
 
 Usage::
 
