@@ -12,9 +12,10 @@ PORT   ?= 8321
 # suite on a fresh machine took 10:28 on four workers, 11:51 on three (2026-12-02, this kind of
 # machine; 12:54 against 11:11 on two and three, warm, the same day). Each worker has its own
 # session fixtures and databases, and takes whole files (--dist loadfile) so module fixtures are
-# built once. TEST_WORKERS=0: one process.
+# built once; the longest files first (tests/durations.json: tests/conftest.py orders them,
+# scripts/test_durations.py refreshes the figures). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
-XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: install install-run run serve test test-fast test-vllm lint bench clean system-deps
 

@@ -5,8 +5,10 @@ PARITYWATCH_TEST_PG_URL; set it to "skip" to run SQLite only).
 """
 from __future__ import annotations
 
+import json
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -73,3 +75,19 @@ def _private_fingerprint_cache(monkeypatch, tmp_path_factory) -> None:
     """`paritywatch diff` / `fingerprint` cache folder fingerprints on disk: each test (and every
     process it starts) gets its own cache, so no test is answered from another's loads."""
     monkeypatch.setenv("PARITYWATCH_FINGERPRINT_CACHE", str(tmp_path_factory.mktemp("fingerprint-cache")))
+
+
+# ---------------------------------------------------------------- the order of files across workers
+DURATIONS = Path(__file__).with_name("durations.json")  # scripts/test_durations.py writes it
+UNLISTED_FILE_S = 30.0  # a file not in it yet counts as a long one: a new e2e file is not left for last
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under xdist (`make test`: whole files per worker, --no-loadscope-reorder), the longest files
+    go first. xdist's own order (most tests first) left the e2e files, few tests of a minute each,
+    to the end, where one ran alone for minutes while the other workers idled. Only the order
+    changes: a stale figure costs time, never a result."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: -seconds.get(item.nodeid.partition("::")[0], UNLISTED_FILE_S))  # stable

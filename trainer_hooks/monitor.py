@@ -16,61 +16,37 @@ Usage::
 Like sentry-python's client it never hurts its host: `log()` only appends to a bounded queue;
 network, disk and fingerprint work run on daemon threads inside a guard that swallows and counts
 its own exceptions. Batches carry (client_id, seq), so retries and spool replays never duplicate.
+
+This class is the facade: it checks arguments, builds the process's parts and re-arms them in a
+forked child; its methods delegate to the rooms that do the work (docs/design.md, "The hooks
+client"): `composer.py` (the fingerprint), `attester.py` (weight attestation), `closer.py` (the
+close protocol), `worker.py` (queue, batches, uploads), `control.py`, `health.py`.
 """
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
-import functools
 import os
 import socket
-import threading
 import time
-import weakref
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from . import contract
+from .attester import WeightAttester
+from .closer import Closer, close_at_exit, register_fork_finalizer, skip_at_exit
+from .composer import FingerprintComposer
 from .control import ControlPoller, ControlState
-# Imported here, never lazily: the fingerprint thread and the caller's thread (sampling reports)
-# importing this package at the same moment can deadlock on Python's import locks (seen in CI:
-# `_DeadlockError` on `trainer_hooks.fingerprint.sampling`, and the trainer posted no processor).
-# Stdlib only at import time, so this costs ~40 ms and no ML library.
-from .fingerprint import fingerprint_processor
-from .fingerprint.core import assemble, with_component, with_components
 from .fingerprint.model_config import model_components
-from .fingerprint.sampling import read_params, sampling_value
+from .guard import Guard, guarded
 from .health import BackendHealth
-from .logs import LogOnce, log
+from .logs import log
 from .records import record_problem
 from .registry import ComponentKey, Registry, RunKey
 from .settings import HookSettings
 from .spool import Spool
-from .transport import Transport, TransportConfig, TransportError
+from .transport import Transport, TransportConfig
 from .worker import Worker
 
 SIDES = contract.SIDES
-_GOODBYE_S = 1.0  # of close()'s time, kept for telling the backend this process ended
-_T = TypeVar("_T")
-_LIVE: "weakref.WeakSet[ParityMonitor]" = weakref.WeakSet()
-
-
-def _guarded(default: Any) -> Callable[[Callable[..., _T]], Callable[..., _T]]:
-    """SDK work must never raise into the host: swallow, count, log the first of each kind."""
-
-    def decorate(method: Callable[..., _T]) -> Callable[..., _T]:
-        @functools.wraps(method)
-        def wrapper(self: "ParityMonitor", *args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as exc:
-                self._internal_errors += 1
-                self._log_once.warning((method.__name__, type(exc)), "paritywatch: %s failed: %r",
-                                       method.__name__, exc)
-                return default
-
-        return wrapper
-
-    return decorate
 
 
 class ParityMonitor:
@@ -138,23 +114,10 @@ class ParityMonitor:
         self.fail_closed = settings.fail_closed if fail_closed is None else fail_closed
         self.atexit_timeout_s = atexit_timeout_s
         self._explicit_worker_id = worker_id or settings.worker_id
-        self._internal_errors = 0
-        self._log_once = LogOnce()
+        self._guard = Guard()
         self._closed = False
         self._last_step = 0
-        self._processor: Any = None
-        self._generation_config: Any = None
         self._audit_top_k, self._audit_window = audit_top_k, audit_window
-        # The fingerprint as posted = the processor's (registered) + the sampling_params component
-        # (reported, maybe later: a process without it yet is "not comparable", never a mismatch).
-        self._fingerprint_lock = threading.Lock()
-        self._processor_fingerprint: dict[str, Any] | None = None
-        self._sampling: tuple[dict[str, Any], dict[str, Any]] | None = None
-        # The model and engine components (model_config, lora_adapter, engine_config): register_model.
-        self._model: tuple[dict[str, Any], dict[str, Any]] | None = None
-        # Processor fingerprints still being computed: sampling waits for them rather than post a
-        # sampling-only fingerprint that the processor's replaces a moment later.
-        self._fingerprints_in_flight = 0
         self._pid = os.getpid()
         self._run_key = self._resolve_run_key(run, project or settings.project)
         self._transport_config = TransportConfig(url=self.url, token=token or settings.token,
@@ -186,8 +149,14 @@ class ParityMonitor:
             poll_timeout_s=poll_timeout_s,
             max_backoff_s=max_backoff_s,
         )
+        self._fingerprints = FingerprintComposer(self._worker.submit_fingerprint, self._open, self._guard)
+        self._attester = WeightAttester(self._worker.submit_attestation, self._open, self._rearm_if_forked,
+                                        self._guard)
+        self._closer = Closer(side=side, url=self.url, spool_dir=self._spool_dir, worker=self._worker,
+                              poller=self._poller, health=self._health, registry=self._registry,
+                              control=self._control, new_transport=self._new_transport)
         if self.enabled:
-            _LIVE.add(self)
+            close_at_exit(self)
             self._start_threads()
 
     # ------------------------------------------------------------ construction helpers
@@ -227,35 +196,41 @@ class ParityMonitor:
         """First call in a forked child: a fresh client id, queue, threads, sockets and spool file.
         The parent's queued points stay the parent's to send."""
         self._pid = os.getpid()
-        self._log_once = LogOnce()
-        self._fingerprints_in_flight = 0  # the parent's fingerprinting threads are not in this process
+        self._guard.reset_after_fork()
+        self._fingerprints.after_fork()
         self._registry.after_fork(self._component_key())
         self._worker.reset_after_fork()
         self._control.reset_after_fork()
         self._health.reset_after_fork()
         self._poller.reset_after_fork()
-        _register_fork_finalizer(self)
+        register_fork_finalizer(self)
         if self.enabled and not self._closed:
             self._start_threads()
 
+    def _rearm_if_forked(self) -> None:
+        if self._pid != os.getpid():
+            self._after_fork()
+
+    def _open(self) -> bool:
+        """Whether this monitor still works (enabled, not closed); a forked child is re-armed first."""
+        if not self.enabled or self._closed:
+            return False
+        self._rearm_if_forked()
+        return True
+
     # ------------------------------------------------------------ the hot path
 
+    @guarded(default=False)
     def log(self, metrics: Mapping[str, float], step: int) -> bool:
         """Queue metrics for `step`. Enqueue only: never blocks, never raises. False when dropped."""
-        try:
-            if self._closed or not self.enabled:
-                return False
-            if self._pid != os.getpid():
-                self._after_fork()
-            self._last_step = step
-            return self._worker.submit(step, metrics)
-        except Exception:
-            self._internal_errors += 1
+        if not self._open():
             return False
+        self._last_step = step
+        return self._worker.submit(step, metrics)
 
     # ------------------------------------------------------------ processors and rollouts
 
-    @_guarded(default=None)
+    @guarded(default=None)
     def register_processor(self, processor: Any, generation_config: Any = None, *,
                            chat_template_kwargs: Mapping[str, Any] | None = None,
                            ) -> "concurrent.futures.Future[dict[str, Any]]":
@@ -263,54 +238,13 @@ class ParityMonitor:
         `chat_template_kwargs`: the template variables this process renders prompts with (e.g.
         `{"enable_thinking": False}`); the chat probes are rendered with them.
         Returns a Future of the fingerprint (its exception if fingerprinting failed)."""
-        self._processor = processor
-        self._generation_config = generation_config  # its eos ids count as eos in the audit and metrics
-        with self._fingerprint_lock:
-            self._fingerprints_in_flight += 1
-        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        thread = threading.Thread(target=self._fingerprint_in_background,
-                                  args=(processor, generation_config, future, chat_template_kwargs),
-                                  name="paritywatch-fingerprint", daemon=True)
-        thread.start()
-        return future
+        return self._fingerprints.register_processor(processor, generation_config, chat_template_kwargs)
 
-    def _fingerprint_in_background(self, processor: Any, generation_config: Any,
-                                   future: "concurrent.futures.Future[dict[str, Any]]",
-                                   chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
-        try:
-            fingerprint = fingerprint_processor(processor, generation_config, chat_template_kwargs=chat_template_kwargs)
-            self.register_fingerprint(fingerprint)
-            future.set_result(fingerprint)
-        except Exception as exc:
-            self._internal_errors += 1
-            self._log_once.warning(("fingerprint", type(exc)), "paritywatch: could not fingerprint the processor: %r", exc)
-            future.set_exception(exc)
-        finally:
-            self._fingerprint_done()
-
-    def _fingerprint_done(self) -> None:
-        """A processor fingerprint finished (or failed): post sampling held back for it, if nothing has."""
-        with self._fingerprint_lock:
-            self._fingerprints_in_flight -= 1
-            held = self._processor_fingerprint is None and (self._sampling is not None or self._model is not None)
-            if held and self._fingerprints_in_flight == 0 and self.enabled and not self._closed:
-                self._worker.submit_fingerprint(self._fingerprint_to_post())
-
-    @_guarded(default=False)
     def register_fingerprint(self, fingerprint: Mapping[str, Any]) -> bool:
         """Send an already computed fingerprint (must carry its "digest")."""
-        if not self.enabled or self._closed:
-            return False
-        if not isinstance(fingerprint.get("digest"), str):
-            raise ValueError("fingerprint has no 'digest'")
-        if self._pid != os.getpid():
-            self._after_fork()
-        with self._fingerprint_lock:
-            self._processor_fingerprint = dict(fingerprint)
-            self._worker.submit_fingerprint(self._fingerprint_to_post())
-        return True
+        return self._fingerprints.register_fingerprint(fingerprint)  # guarded there: its thread posts through it too
 
-    @_guarded(default=False)
+    @guarded(default=False)
     def report_sampling_params(self, params: Any = None, *, logprobs_mode: str | None = None,
                                source: str = "manual", filled_from_generation_config: Any = (),
                                **overrides: Any) -> bool:
@@ -331,22 +265,11 @@ class ParityMonitor:
         re-posted only when the normalised values change (the latest report wins).
         Returns False when disabled or closed (and when the values could not be read).
         """
-        if not self.enabled or self._closed:
-            return False
-        value = sampling_value(params, logprobs_mode=logprobs_mode, **overrides)
-        env = {"sampling": {"source": source, "filled_from_generation_config": sorted(filled_from_generation_config),
-                            "as_given": _plain_values({**read_params(params), **overrides})}}
-        if self._pid != os.getpid():
-            self._after_fork()
-        with self._fingerprint_lock:
-            if self._sampling is not None and self._sampling[0] == value:
-                return True
-            self._sampling = (value, env)
-            if self._processor_fingerprint is not None or self._fingerprints_in_flight == 0:
-                self._worker.submit_fingerprint(self._fingerprint_to_post())
-        return True
+        return self._open() and self._fingerprints.report_sampling_params(
+            params, logprobs_mode=logprobs_mode, source=source,
+            filled_from_generation_config=filled_from_generation_config, overrides=overrides)
 
-    @_guarded(default=False)
+    @guarded(default=False)
     def register_model(self, model: Any, **components: Any) -> bool:
         """Report the model this process computes logits with, and the engine running it: the
         `model_config`, `lora_adapter` and `engine_config` components (docs/fingerprint.md, "Model
@@ -356,46 +279,18 @@ class ParityMonitor:
         Cheap (config fields only); re-posts only when a value changes. Call it after
         `register_processor`: it then joins the processor's fingerprint (one post); before any
         processor it is posted alone (kind "model"). Returns False when disabled or closed."""
-        if not self.enabled or self._closed:
+        if not self._open():
             return False
         values, env = model_components(model)
         return self.report_model_components({**values, **components}, env)
 
-    @_guarded(default=False)
+    @guarded(default=False)
     def report_model_components(self, values: Mapping[str, Any], env: Mapping[str, Any] | None = None) -> bool:
         """Set model / engine components (plain JSON values) as the integrations learn them, e.g.
         `engine_config` once a prefix-cache reset after a weight sync was seen; the others stay."""
-        if not self.enabled or self._closed:
-            return False
-        if self._pid != os.getpid():
-            self._after_fork()
-        with self._fingerprint_lock:
-            old_values, old_env = self._model or ({}, {})
-            merged = {**old_values, **{k: v for k, v in values.items() if k in contract.MODEL_COMPONENTS}}
-            if self._model is not None and merged == old_values:
-                return True
-            self._model = (merged, {**old_env, **(env or {})})
-            if self._processor_fingerprint is not None or self._fingerprints_in_flight == 0:
-                self._worker.submit_fingerprint(self._fingerprint_to_post())
-        return True
+        return self._open() and self._fingerprints.report_model_components(values, env)
 
-    def _fingerprint_to_post(self) -> dict[str, Any]:
-        """The processor fingerprint with the sampling and model components, or those alone while
-        no processor is registered (kind "sampling" or "model"). Called under `_fingerprint_lock`."""
-        fingerprint = self._processor_fingerprint
-        if self._sampling is None and self._model is None:
-            return dict(fingerprint or {})
-        if self._sampling is not None:
-            value, env = self._sampling
-            if fingerprint is None:
-                fingerprint = assemble("sampling", {contract.SAMPLING_PARAMS_COMPONENT: value}, env)
-            else:
-                fingerprint = with_component(fingerprint, contract.SAMPLING_PARAMS_COMPONENT, value, env)
-        if self._model is not None:
-            fingerprint = with_components(fingerprint, *self._model)
-        return fingerprint
-
-    @_guarded(default=False)
+    @guarded(default=False)
     def log_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
                           step: int | None = None, *, audit: bool = True, trainer_ids: Any = None,
                           trainer_images: Any = None) -> bool:
@@ -408,11 +303,11 @@ class ParityMonitor:
         from .alignment import compute_alignment_metrics, render_prompts  # lazy: may import numpy / torch
 
         records = list(records)
-        processor = processor if processor is not None else self._processor
+        processor = processor if processor is not None else self._fingerprints.processor
         step = self._last_step if step is None else step
         rendered = render_prompts(records, processor) if processor is not None else None
         metrics = compute_alignment_metrics(records, processor, trainer_logprobs=trainer_logprobs, rendered=rendered,
-                                            generation_config=self._generation_config)
+                                            generation_config=self._fingerprints.generation_config)
         self.add_samples(len(records))
         logged = self.log(metrics, step)
         if audit:
@@ -420,7 +315,7 @@ class ParityMonitor:
                                      trainer_ids=trainer_ids, trainer_images=trainer_images)
         return logged
 
-    @_guarded(default=False)
+    @guarded(default=False)
     def audit_rollout_batch(self, records: Any, processor: Any = None, trainer_logprobs: Any = None,
                             step: int | None = None, *, trainer_eos_ids: Any = None, rendered: Any = None,
                             trainer_ids: Any = None, trainer_images: Any = None) -> bool:
@@ -434,14 +329,12 @@ class ParityMonitor:
         never raises; False when disabled or closed."""
         from .audit import audit_batch
 
-        if not self.enabled or self._closed:
+        if not self._open():
             return False
-        if self._pid != os.getpid():
-            self._after_fork()
-        processor = processor if processor is not None else self._processor
+        processor = processor if processor is not None else self._fingerprints.processor
         audit = audit_batch(records, processor, trainer_logprobs=trainer_logprobs, trainer_eos_ids=trainer_eos_ids,
                             trainer_ids=trainer_ids, trainer_images=trainer_images,
-                            generation_config=self._generation_config,
+                            generation_config=self._fingerprints.generation_config,
                             step=contract.step_value(self._last_step if step is None else step),
                             top_k=self._audit_top_k, window=self._audit_window, rendered=rendered)
         self._worker.submit_audit(audit)
@@ -449,16 +342,14 @@ class ParityMonitor:
 
     # ------------------------------------------------------------ progress (the workers view)
 
-    @_guarded(default=None)
+    @guarded(default=None)
     def set_policy_version(self, version: int) -> None:
         """The weights version this process works with: the trainer calls it with the version it
         just published, a rollout worker with the version it now serves. Heartbeats carry it (a
         new one beats within a few seconds), and the dashboard shows each worker's lag behind the
         trainer. An int in [0, 2**53]; anything else is logged once and ignored. Never blocks."""
-        if not self.enabled or self._closed:
+        if not self._open():
             return
-        if self._pid != os.getpid():
-            self._after_fork()
         self._worker.set_policy_version(version)
 
     @property
@@ -466,19 +357,17 @@ class ParityMonitor:
         """The version last given to `set_policy_version` (None before any)."""
         return self._worker.heartbeat.progress.policy_version
 
-    @_guarded(default=None)
+    @guarded(default=None)
     def add_samples(self, n: int) -> None:
         """Count `n` samples (rollouts) this process produced: heartbeats report samples/s.
         `log_rollout_batch` counts its records itself."""
-        if not self.enabled or self._closed:
+        if not self._open():
             return
-        if self._pid != os.getpid():
-            self._after_fork()
         self._worker.add_samples(n)
 
     # ------------------------------------------------------------ weight sync
 
-    @_guarded(default=None)
+    @guarded(default=None)
     def attest_weights(self, model_or_state_dict: Any, version: int, *, mode: str = "full",
                        algo: str = "", threads: int = 0, block_bytes: int | None = None,
                        chunk_bytes: int | None = None, chunks: int | None = None) -> dict[str, Any] | None:
@@ -493,13 +382,8 @@ class ParityMonitor:
         next optimizer step changes them (about 1 GB/s per core with xxhash; bench/attest.py); the
         upload is queued like a fingerprint and never blocks or raises. Returns the attestation
         without its tensor list (None if it could not be computed)."""
-        from .attest import digest_weights
-
-        if not self.enabled or self._closed:
-            return None
-        attestation = digest_weights(model_or_state_dict, version, _attest_options(
-            mode=mode, algo=algo, threads=threads, block_bytes=block_bytes, chunk_bytes=chunk_bytes, chunks=chunks))
-        return self._submit_attestation(attestation)
+        return self._attester.attest(model_or_state_dict, version, mode=mode, algo=algo, threads=threads,
+                                     block_bytes=block_bytes, chunk_bytes=chunk_bytes, chunks=chunks)
 
     def attest_stream(self, named_tensors: Iterable[tuple[str, Any]], version: int, **options: Any,
                       ) -> Iterator[tuple[str, Any]]:
@@ -511,46 +395,11 @@ class ParityMonitor:
 
         `options` as for `attest_weights`. A failure to hash stops the attestation (counted, logged
         once), never the stream."""
-        digest = self._stream_digest(version, options)
-        hashing = digest is not None
-        try:
-            for name, tensor in named_tensors:
-                if hashing:
-                    hashing = self._stream_add(digest, name, tensor)
-                yield name, tensor
-            if hashing:
-                self._stream_finish(digest)
-        finally:  # a sync that stopped half-way attests nothing, and leaves no hashing threads behind
-            if digest is not None:
-                digest.close()
-
-    @_guarded(default=None)
-    def _stream_digest(self, version: int, options: Mapping[str, Any]) -> Any:
-        from .attest import WeightsDigest
-
-        if not self.enabled or self._closed:
-            return None
-        return WeightsDigest(version, _attest_options(**options))
-
-    @_guarded(default=False)
-    def _stream_add(self, digest: Any, name: str, tensor: Any) -> bool:
-        digest.add([(name, tensor)])
-        return True
-
-    @_guarded(default=None)
-    def _stream_finish(self, digest: Any) -> dict[str, Any] | None:
-        return self._submit_attestation(digest.result())
-
-    def _submit_attestation(self, attestation: dict[str, Any]) -> dict[str, Any]:
-        from .attest import summary
-
-        if self._pid != os.getpid():
-            self._after_fork()
-        self._worker.submit_attestation(attestation)
-        return summary(attestation)
+        return self._attester.stream(named_tensors, version, options)
 
     # ------------------------------------------------------------ control
 
+    @guarded(default=True)
     def wait_if_paused(self, timeout: float | None = None) -> bool:
         """Block while the run is paused; returns on resume or stop (check `should_stop`).
         False only when `timeout` ran out while still paused.
@@ -559,15 +408,9 @@ class ParityMonitor:
         process: only the first call may wait, at most 2 s, for the backend's first answer, so that
         a run paused before this process started holds its first step too. With fail_closed it
         holds the loop until the backend takes this process's requests."""
-        try:
-            if not self.enabled or self._closed:
-                return True
-            if self._pid != os.getpid():
-                self._after_fork()
-            return self._control.wait_if_paused(timeout)
-        except Exception:
-            self._internal_errors += 1
+        if not self._open():
             return True
+        return self._control.wait_if_paused(timeout)
 
     @property
     def state(self) -> str:
@@ -591,7 +434,7 @@ class ParityMonitor:
 
     # ------------------------------------------------------------ lifecycle
 
-    @_guarded(default=False)
+    @guarded(default=False)
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything logged so far (and the spool leftovers of crashed processes this
         one adopted) reached the backend; False at the deadline."""
@@ -599,6 +442,7 @@ class ParityMonitor:
             return False
         return self._worker.flush(timeout)
 
+    @guarded(default=False)
     def close(self, timeout: float = 5.0) -> bool:
         """Stop, within `timeout` seconds (plus up to ~1 s for the threads to end); True when
         everything logged reached the backend.
@@ -613,61 +457,8 @@ class ParityMonitor:
         if self._closed or not self.enabled:
             return True
         self._closed = True
-        try:
-            _LIVE.discard(self)
-            self._poller.stop()
-            deadline = time.monotonic() + timeout
-            goodbye_s = min(_GOODBYE_S, timeout / 4)
-            delivered = self._worker.close(timeout - goodbye_s, give_up=lambda: self._health.problem is not None)
-            if self._health.problem is None:
-                self._acknowledge_stop(max(goodbye_s / 2, deadline - time.monotonic()))
-                self._report_closed(max(goodbye_s / 2, deadline - time.monotonic()))
-            self._say_undelivered()
-            return delivered
-        except Exception:
-            self._internal_errors += 1
-            return False
-
-    def _say_undelivered(self) -> None:
-        undelivered = self._worker.undelivered()
-        if undelivered.batches or undelivered.dropped_points:
-            later = (f"; the spool is replayed by the next process that uses {self.url}" if undelivered.waiting
-                     else "")
-            log.warning("paritywatch: closed. %s%s.", undelivered.describe(self._spool_dir), later)
-
-    def _acknowledge_stop(self, timeout: float) -> None:
-        """Only the trainer answers for the run: rollout workers end when it does."""
-        ids = self._registry.own_ids()
-        if self.side != "trainer" or self._control.state != "stopping" or ids is None:
-            return
-        run_id, component_id = ids
-        transport = self._new_transport()
-        try:
-            control = transport.request("POST", contract.run_path(run_id, "control/stopped"),
-                                        json={"component_id": component_id}, timeout=timeout)
-            self._control.observe(control)
-        except TransportError as exc:
-            log.warning("paritywatch: could not report that the run stopped (the server marks it stopped once "
-                        "the run's heartbeats cease): %s", exc)
-        finally:
-            transport.close()
-
-    def _report_closed(self, timeout: float) -> None:
-        ids = self._registry.own_ids()
-        if ids is None:
-            return  # never registered: the server knows nothing to close
-        run_id, component_id = ids
-        transport = self._new_transport()
-        try:
-            control = transport.request("POST", contract.component_path(run_id, component_id, "close"),
-                                        json={"reason": "ParityMonitor.close()"}, timeout=timeout)
-            if isinstance(control.get("control"), Mapping):
-                self._control.observe(control["control"])
-        except TransportError as exc:
-            log.warning("paritywatch: could not report that this process closed (the server will count it as "
-                        "lost once its heartbeats stop): %s", exc)
-        finally:
-            transport.close()
+        skip_at_exit(self)
+        return self._closer.close(timeout)
 
     def stats(self) -> dict[str, Any]:
         """Counters: sent, spooled (`spool_waiting_batches`: this process's, not delivered yet),
@@ -678,7 +469,7 @@ class ParityMonitor:
         stats = self._worker.stats()
         stats.update(self._health.stats())
         stats["healthy"] = self.healthy
-        stats["internal_errors"] += self._internal_errors + self._poller.internal_errors
+        stats["internal_errors"] += self._guard.errors + self._poller.internal_errors
         return stats
 
     def __enter__(self) -> "ParityMonitor":
@@ -696,46 +487,8 @@ class ParityMonitor:
         return f"ParityMonitor(run={self._run_key.name or self._run_key.run_id!r}, side={self.side!r}, url={self.url!r})"
 
 
-def _attest_options(*, mode: str = "full", algo: str = "", threads: int = 0, block_bytes: int | None = None,
-                    chunk_bytes: int | None = None, chunks: int | None = None) -> Any:
-    """AttestOptions from `attest_weights` arguments (None: the default), checked."""
-    from .attest import AttestOptions  # lazy: hashing libraries load on first use
-
-    sizes = {k: v for k, v in (("block_bytes", block_bytes), ("chunk_bytes", chunk_bytes), ("chunks", chunks))
-             if v is not None}
-    return AttestOptions(algo=algo, mode=mode, threads=threads, **sizes).checked()
-
-
-def _plain_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """What the caller passed, JSON-safe, for the fingerprint's env (never compared)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        plain = value if isinstance(value, (str, int, float, bool, type(None))) else getattr(value, "value", None)
-        out[key] = plain if isinstance(plain, (str, int, float, bool, type(None))) else repr(value)
-    return out
-
-
 def _rebuild(kwargs: dict[str, Any]) -> ParityMonitor:
     return ParityMonitor(**kwargs)
-
-
-def _close_at_exit(ref: "weakref.ref[ParityMonitor]") -> None:
-    monitor = ref()
-    if monitor is not None and monitor._pid == os.getpid():
-        monitor.close(monitor.atexit_timeout_s)
-
-
-def _register_fork_finalizer(monitor: ParityMonitor) -> None:
-    """multiprocessing's fork children leave through os._exit (no atexit); its finalizers run."""
-    import multiprocessing.util
-
-    multiprocessing.util.Finalize(None, _close_at_exit, args=(weakref.ref(monitor),), exitpriority=100)
-
-
-@atexit.register
-def _close_all_at_exit() -> None:
-    for monitor in list(_LIVE):
-        _close_at_exit(weakref.ref(monitor))
 
 
 def _check_packs(packs: Sequence[str] | None, run: str | int | None) -> list[str]:

@@ -41,6 +41,12 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+# The operations that can answer 409 (backend/errors.py, Conflict) say so; the app's default
+# responses (backend/main.py) list the errors every operation can give.
+CONFLICT_RESPONSE = {409: {"model": ErrorResponse,
+                           "description": "Conflicts with what is stored (the message says what); nothing was changed"}}
+
+
 class Page(BaseModel):
     """A page of a list: pass `next_cursor` back as `cursor` for the next one."""
     next_cursor: str | None = Field(default=None, description="pass as `cursor` for the next page; null on the last page")

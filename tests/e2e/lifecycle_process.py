@@ -1,5 +1,5 @@
 """One training or rollout process for tests/e2e/test_run_lifecycle.py: a real ParityMonitor that
-logs a step every 0.2 s until it reads "close" on stdin, then closes and exits.
+logs a step every 0.5 s until it reads "close" on stdin, then closes and exits.
 
     python -m tests.e2e.lifecycle_process URL RUN SIDE WORKER_ID SPOOL_DIR
 """
@@ -15,7 +15,7 @@ from trainer_hooks.monitor import ParityMonitor
 def main() -> int:
     url, run, side, worker_id, spool = sys.argv[1:6]
     monitor = ParityMonitor(run, project="lifecycle", side=side, url=url, worker_id=worker_id, spool_dir=spool,
-                            flush_interval_s=0.1, heartbeat_interval_s=0.25, poll_timeout_s=2.0)
+                            flush_interval_s=0.5, heartbeat_interval_s=1.0, poll_timeout_s=2.0)
     closing = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.readline(), closing.set()), daemon=True).start()
     deadline = time.monotonic() + 30
@@ -23,7 +23,7 @@ def main() -> int:
         time.sleep(0.01)
     print("ready", monitor.state, flush=True)
     step = 0
-    while not closing.wait(0.2):
+    while not closing.wait(0.5):
         monitor.wait_if_paused(timeout=1.0)
         monitor.log({f"{side}/loss": 1.0 / (step + 1)}, step)
         step += 1

@@ -32,9 +32,12 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def story(tmp_path_factory, model_dir):
-    """`paritywatch demo --duration 90` in an empty folder, with the backend it starts itself."""
+    """`paritywatch demo` in an empty folder, with the backend it starts itself. The wrong worker
+    joins at step 100 (the earliest the story allows), not after 75% of --duration: the test waits
+    for the story's steps, however fast this machine trains them; --duration only bounds it."""
     folder = tmp_path_factory.mktemp("demo-story")
-    cmd = [PARITYWATCH, "demo", "--duration", "90", "--port", str(free_port()), "--model-dir", str(model_dir)]
+    cmd = [PARITYWATCH, "demo", "--bad-worker-at", "100", "--duration", "400", "--port", str(free_port()),
+           "--model-dir", str(model_dir)]
     out = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return folder, json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
@@ -118,8 +121,9 @@ def backend(tmp_path_factory):
 
 @pytest.mark.slow
 def test_healthy_run_raises_nothing_and_finishes(backend, model_dir):
-    cmd = [sys.executable, "-m", "paritywatch.backend.cli", "demo", "--healthy", "--url", backend.url, "--duration", "25",
-           "--model-dir", str(model_dir)]
+    # 40 steps, however long this machine takes for them (the run ends when the trainer does).
+    cmd = [sys.executable, "-m", "paritywatch.backend.cli", "demo", "--healthy", "--url", backend.url, "--steps", "40",
+           "--duration", "300", "--model-dir", str(model_dir)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])

@@ -461,13 +461,13 @@ def test_sampling_reported_while_the_processor_is_fingerprinted_waits_for_it(
     sampling assumption at once: the backend must see one fingerprint holding both, never a
     sampling-only one first (the dashboard and a reader of the digest would see no chat template).
     If fingerprinting fails, the sampling report is not lost."""
-    import trainer_hooks.monitor as monitor_module
+    import trainer_hooks.composer as composer_module
     from tests.fixtures.tokenizers import build_chatml_tokenizer
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(build_chatml_tokenizer(spool_dir.parent / "tok"))
     release = threading.Event()
-    real = monitor_module.fingerprint_processor
+    real = composer_module.fingerprint_processor
 
     def held_fingerprint(*args, **kwargs):
         assert release.wait(30)
@@ -475,7 +475,7 @@ def test_sampling_reported_while_the_processor_is_fingerprinted_waits_for_it(
             raise RuntimeError("this processor cannot be fingerprinted")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(monitor_module, "fingerprint_processor", held_fingerprint)
+    monkeypatch.setattr(composer_module, "fingerprint_processor", held_fingerprint)
     with ParityMonitor("held", side="trainer", url=backend.url, spool_dir=spool_dir) as monitor:
         pending = monitor.register_processor(tokenizer)
         assert monitor.report_sampling_params({"temperature": 0.9}, logprobs_mode="processed")

@@ -18,8 +18,7 @@ from paritywatch.backend.auth import create_token
 from trainer_hooks.fingerprint.core import assemble
 from paritywatch.backend.main import create_app
 from paritywatch.backend.settings import Settings
-from tests.reliability.conftest import make_tokens
-from tests.support.live import ThreadServer
+from tests.support.live import ThreadServer, make_tokens
 
 ERROR_CODES = {"bad_request", "validation_error", "payload_too_large", "not_found", "conflict",
                "unauthorized", "forbidden", "method_not_allowed", "fingerprint_unknown", "unsupported_media_type"}

@@ -3,6 +3,7 @@ sure nothing ever connects anywhere but loopback (whatever the code under test d
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -11,8 +12,7 @@ import pytest
 
 from paritywatch.backend import migrate
 from paritywatch.backend.settings import Settings
-from tests.reliability.conftest import make_tokens
-from tests.support.live import ThreadServer
+from tests.support.live import ThreadServer, make_tokens
 
 
 @pytest.fixture
@@ -98,3 +98,48 @@ def _is_ip(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+class CaptureAll(logging.Handler):
+    """Every log record of every logger, formatted, at DEBUG and up."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(self.format(record))
+        except Exception:
+            self.lines.append(repr(record.__dict__))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def debug_logs() -> Iterator[CaptureAll]:
+    handler = CaptureAll()
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+@pytest.fixture
+def secured_server(tmp_path, debug_logs) -> Iterator[tuple[ThreadServer, dict[str, str]]]:
+    """A closed server (tokens exist before it starts) on SQLite, logging everything at DEBUG."""
+    url = f"sqlite:///{tmp_path / 'sec.db'}"
+    migrate.upgrade(url)
+    tokens = make_tokens(url)
+    settings = Settings(database_url=url, host="127.0.0.1", allow_loopback_webhooks=True,
+                        webhook_poll_interval_s=0.1)
+    with ThreadServer(settings) as server:
+        yield server, tokens

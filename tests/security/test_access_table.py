@@ -6,7 +6,7 @@ from paritywatch.backend.api import access_table
 from paritywatch.backend.api.deps import route_access_table
 from paritywatch.backend.main import create_app
 from paritywatch.backend.settings import Settings
-from tests.reliability.test_security import ACCESS
+from tests.security.test_scopes_secrets_and_headers import ACCESS
 
 
 def _app(sqlite_db):

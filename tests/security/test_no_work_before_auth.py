@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from paritywatch.backend import migrate
-from tests.reliability.conftest import make_tokens
-from tests.support.live import ProcessServer
+from tests.support.live import ProcessServer, make_tokens
 
 HALF = 16 * 1024 * 1024 - 1  # 2 * HALF bytes: just under the 32 MiB cap of metric batches
 NESTED = b"[" * HALF + b"]" * HALF

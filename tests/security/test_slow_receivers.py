@@ -3,7 +3,6 @@ answer holds one sending slot until one wall-clock deadline, never the others.""
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -96,26 +95,27 @@ def test_a_trickling_receiver_does_not_stall_other_deliveries(sqlite_db):
     try:
         with ScriptedServer(trickle) as srv, WebhookReceiver() as fast:
             queued = _queue(db, [f"http://127.0.0.1:{srv.port}/head", f"http://127.0.0.1:{srv.port}/body", fast.url])
-            started = time.monotonic()
-            dispatcher.start()
-            wait_for(fast.accepted, timeout_s=10)
-            fast_after = time.monotonic() - started
+            head_id, body_id, _ = sorted(queued)
 
             def attempts() -> list:
                 with db.read() as s:
                     return list(s.scalars(select(DeliveryAttempt).order_by(DeliveryAttempt.delivery_id)))
 
-            rows = wait_for(lambda: len(attempts()) == 3 and attempts(), timeout_s=20)
+            dispatcher.start()
+            wait_for(fast.accepted, timeout_s=30)
+            # delivered while both trickling ones still hang (an attempt is recorded when it ends)
+            assert not [a for a in attempts() if a.delivery_id in (head_id, body_id)]
+            rows = wait_for(lambda: len(attempts()) == 3 and attempts(), timeout_s=40)
     finally:
         dispatcher.stop()
         db.dispose()
     slow = {a.delivery_id: a for a in rows}
     head, body, ok = (slow[i] for i in sorted(queued))
-    assert ok.status_code in (200, 204) and fast_after < head.duration_ms / 1000
+    assert ok.status_code in (200, 204)
     assert head.status_code is None and "no answer within 3 s" in head.error
     assert body.status_code == 500 and "not complete within 3 s" in body.error
-    for cut in (head, body):  # one deadline for the whole exchange, however the bytes trickle
-        assert 2.9 <= cut.duration_ms / 1000 < 6
+    for cut in (head, body):  # one deadline for the whole exchange, however the bytes trickle (a per-read
+        assert 2.9 <= cut.duration_ms / 1000 < 15  # timeout would never cut them: a byte every 0.1 s)
     check = Database(sqlite_db)
     with check.read() as s:
         assert {d.status for d in s.scalars(select(WebhookDelivery))} == {"pending", "delivered"}

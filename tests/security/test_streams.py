@@ -13,8 +13,7 @@ from sqlalchemy import event
 from paritywatch.backend.auth import list_tokens, revoke_token
 from paritywatch.backend.db import Database
 from paritywatch.backend.settings import Settings
-from tests.reliability.conftest import make_tokens
-from tests.support.live import ThreadServer, wait_for
+from tests.support.live import ThreadServer, make_tokens, wait_for
 
 
 POLL_S = 0.2

@@ -21,6 +21,8 @@ import httpx
 import uvicorn
 from fastapi.testclient import TestClient
 
+from paritywatch.backend.auth import create_token
+from paritywatch.backend.db import Database
 from paritywatch.backend.main import create_app
 from paritywatch.backend.serving import http_protocol
 from paritywatch.backend.settings import Settings
@@ -311,3 +313,12 @@ def detect_jobs_done(db_url: str, run_id: int, kind: str = "fingerprint") -> boo
                 DetectJob.run_id == run_id, DetectJob.kind == kind)) == 0
     finally:
         engine.dispose()
+
+
+def make_tokens(url: str) -> dict[str, str]:
+    """One token per scope (ingest, read, admin) in the database at `url`: its server is closed."""
+    db = Database(url)
+    try:
+        return {scope: create_token(db, f"rel-{scope}", [scope])[1] for scope in ("ingest", "read", "admin")}
+    finally:
+        db.dispose()

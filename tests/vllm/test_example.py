@@ -45,7 +45,7 @@ def test_rollout_worker_example_reaches_the_backend(tiny_model_dir, hf_tokenizer
                 body = api.get(f"/api/v1/runs/{run['id']}/parity").json()
                 return body if body["groups"] else None
 
-            group = wait_for(parity, timeout_s=20)["groups"][0]
+            group = wait_for(parity, timeout_s=60)["groups"][0]
             assert group["verdict"] in ("same", "info"), group["diff"]  # same processor, same generation config
             keys = {k["key"]: k for k in api.get(f"/api/v1/runs/{run['id']}/metrics").json()["keys"]}
             for key in ("align/prompt_rerender_mismatch_frac", "align/decode_mismatch_frac",

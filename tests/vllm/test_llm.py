@@ -191,7 +191,7 @@ def test_served_sampling_includes_the_generation_config_defaults_vllm_filled_in(
             assert posted["env"]["sampling"]["filled_from_generation_config"] == sorted(GENERATION_CONFIG)
             assert "vocab" in posted["components"]  # merged into the processor fingerprint, not a separate one
 
-            alert = wait_for(lambda: api.get(f"/api/v1/runs/{run['id']}/alerts").json()["alerts"], timeout_s=30)[0]
+            alert = wait_for(lambda: api.get(f"/api/v1/runs/{run['id']}/alerts").json()["alerts"], timeout_s=60)[0]
             assert alert["severity"] == "error" and alert["detail"]["components"] == ["sampling_params"], dump(alert)
             assert "temperature differs (1.0 vs 0.7)" in alert["title"]
             assert "generation_config_defaults" in {c["cause"] for c in alert["detail"]["diff"]["causes"]}

@@ -29,7 +29,7 @@ def _parity_of(db_url, tmp_path, trainer_processor, check):
                 parity = api.get(f"/api/v1/runs/{run_id}/parity").json()
                 return parity["groups"] if parity["trainer"] and parity["groups"] else None
 
-            (group,) = wait_for(groups, timeout_s=20)
+            (group,) = wait_for(groups, timeout_s=60)
             keys = {k["key"] for k in api.get(f"/api/v1/runs/{run_id}/metrics").json()["keys"]}
             assert "parity/server_check_error" in keys
             return group

@@ -215,7 +215,7 @@ def actor_recompute_metrics(output, model_dir: Path, config) -> dict[str, float]
 
 def run_id(api) -> int:
     return wait_for(lambda: next((r["id"] for r in api.get("/runs", params={"project": PROJECT}).json()["runs"]
-                                  if r["name"] == RUN), None), timeout_s=30, what="the run")
+                                  if r["name"] == RUN), None), timeout_s=120, what="the run")
 
 
 def workers(api, rid: int) -> dict[str, dict]:
@@ -269,23 +269,23 @@ def test_a_healthy_verl_run_stays_quiet_and_ends_finished(backend, llm, tiny_mod
     trainer.on_step_end()  # then verl's fit logs the step's metrics
     trainer.logger.log(data={**metrics, "actor/pg_loss": 0.25}, step=1)
 
-    wait_for(lambda: {"rollout_corr/kl", "actor/pg_loss"} <= metric_keys(backend, rid), timeout_s=30,
+    wait_for(lambda: {"rollout_corr/kl", "actor/pg_loss"} <= metric_keys(backend, rid), timeout_s=60,
              what="verl's metrics at the backend")
     rollout_id = worker.parity_monitor._registry.component.worker_id
-    wait_for(lambda: workers(backend, rid).get(rollout_id, {}).get("policy_version") == 1, timeout_s=30,
+    wait_for(lambda: workers(backend, rid).get(rollout_id, {}).get("policy_version") == 1, timeout_s=60,
              what="the rollout's weight version")
     groups = rollout_same_as_trainer(backend, rid)
     assert open_alerts(backend, rid) == []
     # both sides registered the model they compute logits with, and it is the same (no row)
     wait_for(lambda: all("model_config" in model_components_of(backend, d)
                          for d in (backend.get(f"/runs/{rid}/parity").json()["trainer"]["digest"], groups[0]["digest"])),
-             timeout_s=30, what="the model config on both sides")
+             timeout_s=60, what="the model config on both sides")
     assert backend.get(f"/runs/{rid}/parity").json()["groups"][0]["verdict"] == "same"
 
     # fit returns: the agent-loop workers' monitors, then the trainer's, close
     trainer.agent_loop_manager = LocalManager(worker)
     trainer.close_paritywatch()
-    wait_for(lambda: state(backend, rid) == "finished", timeout_s=30, what="the run finished")
+    wait_for(lambda: state(backend, rid) == "finished", timeout_s=60, what="the run finished")
     assert open_alerts(backend, rid) == [] and backend.get(f"/runs/{rid}/alerts").json()["alerts"] == []
 
 
@@ -303,13 +303,13 @@ def test_rollout_logprobs_mode_raw_at_0_7_pauses_the_run_before_its_first_step(b
                      timeout_s=60, what="the sampling alert")
     assert alert["severity"] == "error" and alert["detail"]["components"] == ["sampling_params"], alert
     assert worker.parity_monitor._registry.component.worker_id in alert["title"] + str(alert["detail"]), alert
-    wait_for(lambda: state(backend, rid) == "paused", timeout_s=30)
+    wait_for(lambda: state(backend, rid) == "paused", timeout_s=60)
     row = sampling_row(backend, rid)
     assert "raw" in str(row) and "processed" in str(row), row
 
     # verl's fit() (sync mode) runs up to on_train_begin, which blocks while the run is paused
     fitting = concurrent.futures.ThreadPoolExecutor(max_workers=1).submit(trainer.fit, LocalManager(worker))
-    wait_for(lambda: trainer.parity_monitor.state == "paused", timeout_s=30)
+    wait_for(lambda: trainer.parity_monitor.state == "paused", timeout_s=60)
     assert not concurrent.futures.wait([fitting], timeout=1.0).done  # held before step 1
     # the damage had it trained: verl's own mismatch metric on this rollout's batch
     metrics = actor_recompute_metrics(generate(worker), tiny_model_dir, config)
@@ -317,7 +317,7 @@ def test_rollout_logprobs_mode_raw_at_0_7_pauses_the_run_before_its_first_step(b
     backend.post(f"/runs/{rid}/control", json={"action": "stop", "reason": "fix logprobs_mode"})
     assert fitting.result(timeout=30) is None  # fit returns, before step 1
     assert trainer.global_steps == 1  # verl counted no step done
-    wait_for(lambda: state(backend, rid) == "stopped", timeout_s=30, what="the run stopped")
+    wait_for(lambda: state(backend, rid) == "stopped", timeout_s=60, what="the run stopped")
     assert {w["state"] for w in workers(backend, rid).values()} == {"closed"}
 
 
@@ -339,7 +339,7 @@ def test_a_rollout_node_rendering_with_another_chat_template_pauses_the_run(back
                      timeout_s=60, what="the processor alert")
     assert alert["severity"] == "error" and "chat_template" in alert["detail"]["components"], alert
     assert worker.parity_monitor._registry.component.worker_id in alert["title"] + str(alert["detail"]), alert
-    wait_for(lambda: state(backend, rid) == "paused", timeout_s=30, what="the run paused")
+    wait_for(lambda: state(backend, rid) == "paused", timeout_s=60, what="the run paused")
     worker.close_parity_monitor()
     trainer.close_paritywatch()
 
@@ -361,7 +361,7 @@ def test_validation_requests_are_not_reported_and_a_stop_ends_after_the_step(bac
     assert backend.get(f"/runs/{rid}/alerts").json()["alerts"] == [] and state(backend, rid) == "running"
 
     backend.post(f"/runs/{rid}/control", json={"action": "stop", "reason": "enough"})
-    wait_for(lambda: trainer.parity_monitor.should_stop, timeout_s=30)
+    wait_for(lambda: trainer.parity_monitor.should_stop, timeout_s=60)
     config.trainer.save_freq = 5
     trainer.global_steps = 3
     trainer.on_step_end()
@@ -372,7 +372,7 @@ def test_validation_requests_are_not_reported_and_a_stop_ends_after_the_step(bac
     assert trainer.saved_steps == [3]  # verl saves step 5 itself
     worker.close_parity_monitor()
     trainer.close_paritywatch()
-    wait_for(lambda: state(backend, rid) == "stopped", timeout_s=30, what="the run stopped")
+    wait_for(lambda: state(backend, rid) == "stopped", timeout_s=60, what="the run stopped")
 
 
 def test_the_entry_point_wraps_verls_trainer_and_sets_the_agent_loop_manager(tiny_model_dir, tmp_path):

@@ -333,8 +333,7 @@ def commit_weight_attestation(worker: Any, version: int) -> dict[str, Any] | Non
     try:
         return _commit(state, version)
     except Exception as exc:  # never into the engine: counted and logged like any SDK failure
-        state["monitor"]._internal_errors += 1
-        logger.warning("paritywatch: could not attest version %r: %r", version, exc)
+        state["monitor"]._guard.swallow("commit_weight_attestation", exc, says=f"could not attest version {version!r}")
         return None
 
 
@@ -355,7 +354,7 @@ def _commit(state: dict[str, Any], version: int) -> dict[str, Any] | None:
         hashed = digest.bytes_hashed
     if not entries:
         return None
-    return monitor._submit_attestation(payload(version, opts, list(entries.values()), hashed, seconds))
+    return monitor._attester.submit(payload(version, opts, list(entries.values()), hashed, seconds))
 
 
 def close_weight_attestation(worker: Any, timeout: float = 10.0) -> bool:
@@ -398,7 +397,6 @@ def _hash_into(state: dict[str, Any], digest: Any, name: str, tensor: Any) -> No
         [entry] = digest.digest([(name, tensor)])
         state["entries"][name] = entry  # the same name may come again: the later copy wins
         state["bytes_hashed"] += entry["bytes"]
-    except Exception as exc:
-        state["monitor"]._internal_errors += 1
-        logger.warning("paritywatch: could not hash %r for attestation: %r", name, exc)
+    except Exception as exc:  # the monitor's to count, never the load's
+        state["monitor"]._guard.swallow("attest_load_weights", exc, says=f"could not hash {name!r} for attestation")
     state["seconds"] += time.perf_counter() - started

@@ -11,6 +11,7 @@ from paritywatch.backend.api.query import AlertsPage, EventsPage, encode_cursor
 from paritywatch.backend.models import Alert, utcnow
 from paritywatch.backend.schemas.alerts import AlertEvents, AlertEventOut, AlertList, AlertNote, AlertOut
 from paritywatch.backend.schemas.runs import RunSettings
+from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.store import alerts as alert_store
 from paritywatch.backend.store import packs as pack_store
@@ -45,7 +46,7 @@ def all_alerts(db: DbDep, _: ReadDep, page: AlertsPage, status: StatusFilter = N
         return AlertList(alerts=_marked(s, rows), next_cursor=encode_cursor(after))
 
 
-@router.post("/alerts/{alert_id}/acknowledge", response_model=AlertOut, summary="Acknowledge a firing alert")
+@router.post("/alerts/{alert_id}/acknowledge", response_model=AlertOut, responses=CONFLICT_RESPONSE, summary="Acknowledge a firing alert")
 def acknowledge(alert_id: int, db: DbDep, effects: EffectsDep, who: AdminDep, body: OptionalNote = None) -> AlertOut:
     with effects.write(db) as s:
         alert = lifecycle.get_alert(s, alert_id)

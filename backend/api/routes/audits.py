@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from paritywatch.backend.api.deps import DbDep, EngineDep, IngestBulkDep, ReadDep
 from paritywatch.backend.api.query import AuditSamplesPage, AuditsPage, encode_cursor
 from paritywatch.backend.schemas.audits import AuditBatch, AuditList, AuditOut, AuditSampleList, AuditSampleOut, AuditStored, AuditWindowOut
+from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.store import audits as audit_store
 
 router = APIRouter(prefix="/runs/{run_id}/audits", tags=["audits"])
@@ -23,7 +24,7 @@ def shown(token: str) -> str:
                    for ch in token)
 
 
-@router.post("", response_model=AuditStored, summary="Post one rollout batch's per-sample audit (idempotent)")
+@router.post("", response_model=AuditStored, responses=CONFLICT_RESPONSE, summary="Post one rollout batch's per-sample audit (idempotent)")
 def post_audit(run_id: int, body: AuditBatch, db: DbDep, engine: EngineDep, _: IngestBulkDep) -> AuditStored:
     audit_id = audit_store.store_audit(db, run_id, body.model_dump())
     if audit_id is None:

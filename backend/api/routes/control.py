@@ -10,6 +10,7 @@ from paritywatch.backend.api.deps import (AdminDep, ControlWatcherDep, DbDep, Ef
                               SettingsDep)
 from paritywatch.backend.api.query import EventsPage, encode_cursor
 from paritywatch.backend.schemas.control import ControlAction, ControlAudit, ControlEventOut, ControlOut, StopAcknowledgement
+from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.store import control as control_store
 from paritywatch.backend.store import runs as run_store
 
@@ -38,14 +39,15 @@ async def wait_control(
     return ControlOut(**control)
 
 
-@router.post("", response_model=ControlOut, summary="Pause, resume or stop the run (admin)")
+@router.post("", response_model=ControlOut, responses=CONFLICT_RESPONSE, summary="Pause, resume or stop the run (admin)")
 def post_control(run_id: int, body: ControlAction, db: DbDep, effects: EffectsDep, who: AdminDep) -> ControlOut:
     actor = body.actor or who.name
     control = run_state.apply_action(effects, db, run_id, body.action, actor, body.reason)
     return ControlOut(**control)
 
 
-@router.post("/stopped", response_model=ControlOut, summary="A hook reports its loop ended after a stop (ingest)")
+@router.post("/stopped", response_model=ControlOut, responses=CONFLICT_RESPONSE,
+             summary="A hook reports its loop ended after a stop (ingest)")
 def acknowledge_stop(run_id: int, body: StopAcknowledgement, db: DbDep, effects: EffectsDep,
                      who: IngestDep) -> ControlOut:
     """`stopping` -> `stopped`. An ingest token may do this and nothing else with control: it

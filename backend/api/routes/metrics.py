@@ -8,6 +8,7 @@ from paritywatch.backend.api.deps import IngestBulkDep, MetricsDep, ReadDep, Set
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
 from paritywatch.backend.api.query import KeysPage, encode_cursor
 from paritywatch.backend.schemas.metrics import MetricBatch, MetricBatchResult, MetricKeyList, MetricKeyOut, SeriesOut, SeriesTimesOut
+from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from trainer_hooks.contract import MAX_KEY_LENGTH, MAX_STEP
 
 router = APIRouter(prefix="/runs/{run_id}", tags=["metrics"])
@@ -19,7 +20,7 @@ _BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
 
 # The body is read raw (its schema documented by hand): parse and validation happen in one pass
 # in backend/api/ingest.py, which also serves this route's fast path (backend/api/fast_ingest.py).
-@router.post("/metrics", response_model=MetricBatchResult, summary="Post a columnar metric batch (idempotent)",
+@router.post("/metrics", response_model=MetricBatchResult, responses=CONFLICT_RESPONSE, summary="Post a columnar metric batch (idempotent)",
              openapi_extra=_BODY_DOC)
 async def post_metrics(run_id: int, request: Request, _: IngestBulkDep, ingest: IngestDep) -> MetricBatchResult:
     return await ingest_metric_batch(ingest, run_id, await request.body(), request.headers.get("content-type"))

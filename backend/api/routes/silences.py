@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from paritywatch.backend.api.deps import AdminDep, DbDep, EffectsDep, NotifierDep, ReadDep
 from paritywatch.backend.models import Silence, utcnow
 from paritywatch.backend.schemas.silences import SilenceIn, SilenceList, SilenceOut
+from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.store import notifications as notification_store
 from paritywatch.backend.store import silences as store
 from paritywatch.backend.store.runs import get_run
@@ -43,7 +44,7 @@ def list_silences(db: DbDep, _: ReadDep, state: StateFilter = "active", run_id: 
         return SilenceList(silences=[_out(x) for x in store.listing(s, state, utcnow(), run)])
 
 
-@router.post("/{silence_id}/expire", response_model=SilenceOut, summary="End a silence now (admin)")
+@router.post("/{silence_id}/expire", response_model=SilenceOut, responses=CONFLICT_RESPONSE, summary="End a silence now (admin)")
 def expire_silence(silence_id: int, db: DbDep, effects: EffectsDep, notifier: NotifierDep, who: AdminDep) -> SilenceOut:
     with effects.write(db) as s:
         silence = store.expire(s, silence_id, who.name)

@@ -85,7 +85,7 @@ def assert_well_formed(patch: str) -> None:
 
 
 @needs_git
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pair=_pairs())
 def test_applying_the_diff_gives_the_other_text_back(tmp_path, pair):
     a, b = pair
@@ -100,7 +100,7 @@ def test_applying_the_diff_gives_the_other_text_back(tmp_path, pair):
 
 
 @needs_git
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(a=st.dictionaries(st.sampled_from(["default", "tool_use", "rag x/y"]), _texts(), max_size=3),
        b=st.dictionaries(st.sampled_from(["default", "tool_use", "rag x/y"]), _texts(), max_size=3))
 def test_named_templates_diff_name_by_name(tmp_path, a, b):

@@ -1,4 +1,4 @@
-"""Security: every endpoint x every scope, secrets never leak, signed and replay-protected
+"""Every endpoint x every scope, secrets never leak, signed and replay-protected
 webhooks, the SSRF guard, CORS off by default, security headers on every kind of response."""
 from __future__ import annotations
 
