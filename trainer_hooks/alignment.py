@@ -6,8 +6,8 @@ Two kinds of checks live here:
 * token checks that need the trainer's processor (re-render, decode, eos, vocab). They are the only
   ones that catch a template or tokenizer mismatch in a token-in/token-out pipeline, where both
   sides score the same ids and log-prob metrics stay clean;
-* numeric checks on log-probs (ratios, KL estimators), vectorised over one padded
-  ``[batch, max_len]`` array with numpy or torch.
+* numeric checks on log-probs (ratios, KL estimators), vectorised with numpy or torch: the two
+  sides padded into ``[batch, max_len]`` arrays, then compressed to the scored tokens.
 
 Usage::
 
@@ -437,22 +437,27 @@ def _float_row(values: Any, n: int):
 
     if isinstance(values, list):
         try:
-            return np.frombuffer(array.array("d", values[:n]), dtype=np.float64)
+            return np.frombuffer(array.array("d", _head(values, n)), dtype=np.float64)
         except TypeError:  # e.g. None entries: let numpy produce NaN / raise as it would
             pass
     return np.asarray(values[:n], dtype=np.float64)
 
 
 def _bool_row(values: Any, n: int):
-    """The first n mask entries as bools; a 0/1 list goes through bytes(), ~3x faster than np.asarray."""
+    """The first n mask entries, to assign into a bool array (which reads any nonzero as True);
+    a 0/1 list goes through bytes(), ~3x faster than np.asarray."""
     import numpy as np
 
     if isinstance(values, list):
         try:
-            return np.frombuffer(bytes(values[:n]), dtype=np.uint8).astype(bool)
+            return np.frombuffer(bytes(_head(values, n)), dtype=np.uint8)
         except (TypeError, ValueError):  # not small ints: the general path
             pass
     return np.asarray(values[:n]).astype(bool)
+
+
+def _head(values: list, n: int) -> list:
+    return values if len(values) == n else values[:n]  # a whole row is the usual case: no copy
 
 
 def _dense_numpy(dense: Any, width: int):
@@ -473,7 +478,8 @@ def _pad_torch(records, train_rows, train_dense, lengths, width):
     except ImportError:
         lp_train, lp_roll, mask = _pad_torch_only(records, train_rows, lengths, width)
     if train_dense is not None:
-        lp_train = torch.as_tensor(train_dense)[:, :width].to(device=device, dtype=torch.float64)
+        # detach: the metrics are read-outs, and _ratio_stats works in place (no autograd graph)
+        lp_train = torch.as_tensor(train_dense).detach()[:, :width].to(device=device, dtype=torch.float64)
         mask &= torch.isfinite(lp_train)
     return lp_train, lp_roll, mask
 
@@ -497,62 +503,107 @@ def _pad_torch_only(records, train_rows, lengths, width):
 
 
 def _ratio_stats(lp_train, lp_roll, mask, is_clip: float, xp: str) -> dict[str, float]:
-    """One pass over the padded arrays; works on numpy arrays and torch tensors alike."""
-    if xp == "torch":
-        import torch as lib
-    else:
-        import numpy as lib
-    count = int(mask.sum())
+    """The statistics over the scored tokens only: one compress of the padded arrays into 1-D
+    arrays (row after row), then a pass or two per statistic; numpy arrays and torch tensors alike.
+
+    Three full-size arrays in all, the rest computed in their buffers: on CPU each new one is a
+    fresh mmap whose page faults cost more than the arithmetic (~0.3 ms per 64k float64 tokens on
+    the loaded 2-core bench machine)."""
+    lib = _array_lib(xp)
+    per_seq_tokens = mask.sum(1)
+    count = int(per_seq_tokens.sum())
     if count == 0:
         return {}
-    weight = mask.astype(lp_train.dtype) if xp == "numpy" else mask.to(lp_train.dtype)
-    log_ratio = lib.where(mask, lp_train - lp_roll, 0.0)
-    log_ratio = lib.clip(log_ratio, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-    abs_lp = lib.abs(log_ratio)
-    abs_p = lib.where(mask, lib.abs(lib.exp(lp_train) - lib.exp(lp_roll)), 0.0)
-    ratio = lib.exp(log_ratio)  # 1.0 on padding, masked out below
-    k3 = (ratio - log_ratio - 1.0) * weight
-    per_seq_tokens = weight.sum(1)
-    has_tokens = per_seq_tokens > 0
-    seq_geo = lib.exp(log_ratio.sum(1)[has_tokens] / per_seq_tokens[has_tokens])
-    ratio_w = ratio * weight
-    ratio_sum, ratio_sq_sum = ratio_w.sum(), (ratio_w * ratio).sum()
+    train, roll = _select(lp_train, mask, xp), _select(lp_roll, mask, xp)
+    stats = {}
+    if count >= PEARSON_MIN_TOKENS:
+        stats["align/logprob_pearson"] = _pearson(train, roll, count, lib)
+    log_ratio = train - roll
+    lib.clip(log_ratio, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP, out=log_ratio)
+    # train and roll are scratch space from here on.
+    abs_p = lib.exp(train, out=train)
+    abs_p -= lib.exp(roll, out=roll)
+    lib.abs(abs_p, out=abs_p)
+    stats["align/prob_abs_diff_mean"] = abs_p.sum() / count
+    stats["align/prob_abs_diff_max"] = abs_p.max()
+    abs_lp = lib.abs(log_ratio, out=train)
+    stats["align/logprob_abs_diff_mean"] = abs_lp.sum() / count
+    stats["align/logprob_abs_diff_max"] = abs_lp.max()
+    ratio = lib.exp(log_ratio, out=roll)
+    k3 = lib.subtract(ratio, log_ratio, out=train)
+    k3 -= 1.0
+    ratio_sum, ratio_sq_sum = ratio.sum(), _dot(ratio, ratio, lib)
     low, high = IS_MASK_BAND
-    stats = {
-        "align/logprob_abs_diff_mean": abs_lp.sum() / count,
-        "align/logprob_abs_diff_max": abs_lp.max(),
-        "align/prob_abs_diff_mean": abs_p.sum() / count,
-        "align/prob_abs_diff_max": abs_p.max(),
+    stats.update({
         "align/kl_k1": -log_ratio.sum() / count,
         "align/kl_k3": k3.sum() / count,
         "align/is_ratio_mean": ratio_sum / count,
         # Normalised effective sample size of the token IS weights (verl's rollout_is_eff_sample_size).
         "align/is_ess": ratio_sum * ratio_sum / (count * ratio_sq_sum),
-        # off the scored tokens the ratio is 1: inside the band
-        "align/is_masked_frac": lib.count_nonzero((ratio < low) | (ratio > high)) / count,
-        "align/is_ratio_max": lib.where(mask, ratio, -math.inf).max(),
-        "align/is_ratio_min": lib.where(mask, ratio, math.inf).min(),
-        "align/is_ratio_clip_frac": lib.where(ratio > is_clip, weight, 0.0).sum() / count,
-        "align/seq_is_ratio_geo_mean": seq_geo.mean(),
-    }
-    if count >= PEARSON_MIN_TOKENS:
-        stats["align/logprob_pearson"] = _pearson(lp_train, lp_roll, mask, count, lib)
+        # Counted in float64: a torch integer count over an int is float32.
+        "align/is_masked_frac": ((ratio < low) | (ratio > high)).sum(dtype=ratio.dtype) / count,
+        "align/is_ratio_max": ratio.max(),
+        "align/is_ratio_min": ratio.min(),
+        "align/is_ratio_clip_frac": (ratio > is_clip).sum(dtype=ratio.dtype) / count,
+        "align/seq_is_ratio_geo_mean": _seq_geo_mean(log_ratio, mask, per_seq_tokens, xp),
+    })
     return {k: v for k, v in _to_floats(stats, xp).items() if math.isfinite(v)}
 
 
-def _pearson(a, b, mask, count: int, lib):
-    """Pearson correlation of the two sides' log-probs over the scored tokens: ~0.999 healthy, far
-    lower when one side's values are corrupted or misaligned although their mean difference (k1)
-    looks fine (ai-dynamo/dynamo#11640: k1 0.003, Pearson 0.05-0.62). NaN (dropped) when either
-    side is constant. From sums of products: a few passes over the batch (no BLAS dot: numpy's
-    threads contend with the trainer's)."""
-    a, b = lib.where(mask, a, 0.0), lib.where(mask, b, 0.0)  # NaN/-inf are unscored tokens
+def _array_lib(xp: str):
+    if xp == "torch":
+        import torch
+
+        return torch
+    import numpy
+
+    return numpy
+
+
+def _select(padded, mask, xp: str):
+    """The masked entries, row after row, as a 1-D array (torch: masked_select, ~5x faster on CPU
+    than boolean indexing)."""
+    if xp == "torch":
+        import torch
+
+        return torch.masked_select(padded, mask)
+    return padded[mask]
+
+
+def _dot(a, b, lib):
+    """Sum of the products of two 1-D arrays in one pass, without a temporary. numpy's einsum runs
+    its own loop, not BLAS: numpy's BLAS threads would contend with the trainer's."""
+    return lib.einsum("i,i->", a, b)
+
+
+def _seq_geo_mean(log_ratio, mask, per_seq_tokens, xp: str):
+    """Mean over the sequences with a scored token of exp(their mean log-ratio). Row sums in the
+    compressed layout: numpy sums each row's run in place (add.reduceat, the runs all non-empty);
+    torch puts the values back in place and sums along the rows, deterministic on every device
+    (a weighted bincount or a float cumsum on CUDA is not)."""
+    lib = _array_lib(xp)
+    has_tokens = per_seq_tokens > 0
+    tokens = per_seq_tokens[has_tokens]
+    if xp == "torch":
+        placed = lib.zeros_like(mask, dtype=log_ratio.dtype).masked_scatter_(mask, log_ratio)
+        row_sums = placed.sum(1)[has_tokens]
+    else:
+        starts = lib.cumsum(tokens) - tokens
+        row_sums = lib.add.reduceat(log_ratio, starts)
+    return lib.exp(row_sums / tokens).mean()
+
+
+def _pearson(a, b, count: int, lib):
+    """Pearson correlation of the two sides' log-probs over the scored tokens (1-D: NaN/-inf and
+    masked tokens are already out): ~0.999 healthy, far lower when one side's values are corrupted
+    or misaligned although their mean difference (k1) looks fine (ai-dynamo/dynamo#11640: k1 0.003,
+    Pearson 0.05-0.62). NaN (dropped) when either side is constant. From sums of products."""
     sum_a, sum_b = a.sum(), b.sum()
-    var_a = (a * a).sum() - sum_a * sum_a / count
-    var_b = (b * b).sum() - sum_b * sum_b / count
+    var_a = _dot(a, a, lib) - sum_a * sum_a / count
+    var_b = _dot(b, b, lib) - sum_b * sum_b / count
     if float(var_a) <= _CONSTANT * count or float(var_b) <= _CONSTANT * count:
         return math.nan
-    return ((a * b).sum() - sum_a * sum_b / count) / lib.sqrt(var_a * var_b)
+    return (_dot(a, b, lib) - sum_a * sum_b / count) / lib.sqrt(var_a * var_b)
 
 
 def _to_floats(stats: dict[str, Any], xp: str) -> dict[str, float]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +122,14 @@ def test_dense_torch_trainer_logprobs_pick_torch_and_match():
         if name == "align/is_masked_frac":
             continue
         assert metrics[name] == pytest.approx(value, rel=1e-6), name
+
+
+def test_trainer_logprobs_that_require_grad_are_read_not_differentiated():
+    torch = pytest.importorskip("torch")
+    dense = torch.tensor(logs(P_TRAIN), dtype=torch.float64, requires_grad=True)
+    metrics = compute_alignment_metrics(hand_records(), trainer_logprobs=dense)
+    assert_close(metrics, EXPECTED)
+    assert dense.grad is None
 
 
 def test_dense_numpy_trainer_logprobs_wider_than_completions():
@@ -249,6 +259,96 @@ def test_staleness():
     records[0].policy_version, records[1].policy_version = 7, 4
     metrics = compute_alignment_metrics(records, trainer_policy_version=9)
     assert metrics == {"rollout/staleness_mean": 3.5, "rollout/staleness_max": 5.0}
+
+
+# ------------------------------------------------------------------ the vectorised metrics against a plain reference
+
+
+def awkward_batch():
+    """Rows of every shape the padding and masking must get right: masks with holes (0/1 and bools,
+    one shorter than its row), NaN and -inf on either side, ragged lengths, a log-ratio past the
+    clamp, and rows that score nothing (no log-probs, no tokens, all masked, no trainer row)."""
+    rng = random.Random(7)
+    lp = lambda n: [math.log(rng.uniform(0.02, 1.0)) for _ in range(n)]  # noqa: E731
+    rows = []  # (record, trainer row or None)
+    roll, train = lp(40), lp(40)
+    roll[3], train[9] = float("nan"), -math.inf
+    mask = [1] * 40
+    mask[10:16] = [0] * 6
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=list(range(40)), rollout_logprobs=roll,
+                               completion_mask=mask), train))
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=list(range(7)), rollout_logprobs=lp(9)), lp(12)))
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=list(range(5))), lp(5)))
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=[], rollout_logprobs=[]), []))
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=[1, 2, 3], rollout_logprobs=lp(3),
+                               completion_mask=[0, 0, 0]), lp(3)))
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=list(range(6)), rollout_logprobs=lp(6)), None))
+    huge = lp(30)
+    huge[0], huge[1] = -60.0, -math.inf  # log-ratio ~ +60: clamped to 20
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=list(range(30)), rollout_logprobs=huge,
+                               completion_mask=[True, False] * 10), lp(30)))
+    rows.append((RolloutRecord(prompt_ids=[1], completion_ids=list(range(25)), rollout_logprobs=lp(25)), lp(25)))
+    return [r for r, _ in rows], [t for _, t in rows]
+
+
+def reference_metrics(records, trainer_rows, is_clip=2.0):
+    """The log-prob metrics token by token in plain Python, straight from their definitions."""
+    tokens = []  # (sequence, trainer log-prob, rollout log-prob) of every scored token
+    for seq, (record, train) in enumerate(zip(records, trainer_rows)):
+        if record.rollout_logprobs is None or train is None:
+            continue
+        mask = record.completion_mask or [1] * len(record.completion_ids)
+        for _, r, t, keep in zip(record.completion_ids, record.rollout_logprobs, train, mask):
+            if keep and math.isfinite(r) and math.isfinite(t):
+                tokens.append((seq, t, r))
+    n = len(tokens)
+    log_ratio = [min(max(t - r, -20.0), 20.0) for _, t, r in tokens]
+    ratio = [math.exp(x) for x in log_ratio]
+    prob_diff = [abs(math.exp(t) - math.exp(r)) for _, t, r in tokens]
+    per_seq = {}
+    for (seq, _, _), x in zip(tokens, log_ratio):
+        per_seq.setdefault(seq, []).append(x)
+    return {
+        "align/logprob_abs_diff_mean": sum(abs(x) for x in log_ratio) / n,
+        "align/logprob_abs_diff_max": max(abs(x) for x in log_ratio),
+        "align/prob_abs_diff_mean": sum(prob_diff) / n,
+        "align/prob_abs_diff_max": max(prob_diff),
+        "align/kl_k1": -sum(log_ratio) / n,
+        "align/kl_k3": sum(w - x - 1 for w, x in zip(ratio, log_ratio)) / n,
+        "align/is_ratio_mean": sum(ratio) / n,
+        "align/is_ess": sum(ratio) ** 2 / (n * sum(w * w for w in ratio)),
+        "align/is_masked_frac": sum(w < 0.5 or w > 5.0 for w in ratio) / n,
+        "align/is_ratio_max": max(ratio),
+        "align/is_ratio_min": min(ratio),
+        "align/is_ratio_clip_frac": sum(w > is_clip for w in ratio) / n,
+        "align/seq_is_ratio_geo_mean": statistics.fmean(math.exp(statistics.fmean(xs)) for xs in per_seq.values()),
+        "align/logprob_pearson": statistics.correlation([t for _, t, _ in tokens], [r for _, _, r in tokens]),
+    }
+
+
+def dense(trainer_rows, width=45):
+    """The trainer's rows as one [B, width] array, -0.5 where a row has no value."""
+    return [(row or [])[:width] + [-0.5] * (width - len((row or [])[:width])) for row in trainer_rows]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("form", ["rows", "numpy array", "torch tensor"])
+def test_vectorised_metrics_match_a_token_by_token_reference(backend, form):
+    np = pytest.importorskip("numpy")
+    records, trainer_rows = awkward_batch()
+    if form == "rows":
+        trainer = trainer_rows
+    else:
+        trainer_rows = dense(trainer_rows)
+        trainer = np.array(trainer_rows)
+        if form == "torch tensor":
+            trainer = pytest.importorskip("torch").from_numpy(trainer)
+    expected = reference_metrics(records, trainer_rows, is_clip=1.5)
+    assert expected["align/logprob_abs_diff_max"] == 20.0  # the clamp is exercised
+    got = compute_alignment_metrics(records, trainer_logprobs=trainer, is_clip=1.5, backend=backend)
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
 
 
 # ------------------------------------------------------------------ token checks on a real tokenizer
