@@ -45,11 +45,16 @@ class Effects:
     @contextmanager
     def write(self, db: Database) -> Iterator[Session]:
         """`db.write()`, then the wake-ups its changes call for (none if it rolled back)."""
-        wake = Wakeups()
         with db.write() as s:
-            s.info[_KEY] = (self, wake)
+            wake = self.track(s)
             yield s
         self.fire(wake)
+
+    def track(self, s: Session) -> Wakeups:
+        """Collect what `s`'s changes will call for; the caller fires them once it has committed."""
+        wake = Wakeups()
+        s.info[_KEY] = (self, wake)
+        return wake
 
     def fire(self, wake: Wakeups) -> None:
         for run_id, control in wake.control_runs.items():

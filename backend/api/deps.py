@@ -7,21 +7,26 @@ before it reads any request body, so an unauthenticated or under-scoped caller c
 """
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import re
 import sys
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Annotated, Any, AsyncIterator, Callable, Iterator
 
 from fastapi import Depends, Header, Request
+from fastapi.routing import APIRoute
 from fastapi.exceptions import HTTPException
 from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 from starlette.routing import Mount, Route, compile_path
 
-from paritywatch.backend.alerts.effects import Effects, wakeups
+from paritywatch.backend.alerts.effects import Effects
 from paritywatch.backend.alerts.notifier import Notifier
 from paritywatch.backend.auth import OpenMode, Principal
 from paritywatch.backend.control_watch import ControlWatcher
@@ -63,15 +68,29 @@ def app_service(name: str) -> Callable[[Request], Any]:
 # --- the answer's transaction (docs/design.md, "The store and its transactions") ---
 
 
+# Ending an answer's transaction has threads of its own. Until it ends, a transaction holds what
+# other requests wait for (SQLite's write lock, PostgreSQL's row locks, a pooled connection), and
+# those waiters can hold every thread of the pool the routes run on: 256 processes' heartbeats
+# queued behind the group-commit writer did (bench/alerts.py), and an end waiting for a thread of
+# that pool waited for threads that waited for it, for ever. An end (a commit or rollback, a
+# connection returned) waits for no other transaction, so a few threads serve every request.
+_ENDINGS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="paritywatch-tx-end")
+
+
 @asynccontextmanager
-async def _transaction(opened: AbstractContextManager[Session]) -> AsyncIterator[Session]:
+async def _transaction(opened: AbstractContextManager[Session], effects: Effects | None = None
+                       ) -> AsyncIterator[Session]:
     """The session of one answer, its transaction closed before the answer is sent (the
     dependencies are declared with scope="function": FastAPI's default closes them after
     sending, so a failed commit would follow a 200). The session begins at its first
     statement, so a route that awaits first (a long poll) holds no transaction while it waits.
-    Entering opens nothing; committing or closing one that ran a statement is I/O, done on the
-    thread pool; one that never ran any (a heartbeat of a live process) closes on the loop."""
+    Entering opens nothing. A plain `def` route has ended it already (`AnswerRoute`); one still
+    open (an `async def` route's) is ended on `_ENDINGS`; a session that never began (a heartbeat
+    of a live process) closes on the loop. What the commit sets off
+    (`effects`: wake-ups, `after_commit` work such as detection, which may wait for the writer)
+    runs afterwards on the routes' pool."""
     s = opened.__enter__()
+    wake = effects.track(s) if effects is not None else None
     failure: tuple = (None, None, None)
     try:
         yield s
@@ -79,10 +98,48 @@ async def _transaction(opened: AbstractContextManager[Session]) -> AsyncIterator
         failure = sys.exc_info()
         raise
     finally:
-        if s.in_transaction() or wakeups(s).pending():
-            await run_in_threadpool(opened.__exit__, *failure)
+        if s.in_transaction():
+            # Shielded: a cancelled request must not leave its transaction (and the lock) open.
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(_ENDINGS, opened.__exit__, *failure))
         else:
             opened.__exit__(*failure)
+    if wake is not None and wake.pending():  # committed: an error was re-raised above
+        await run_in_threadpool(effects.fire, wake)
+
+
+class AnswerRoute(APIRoute):
+    """The route class of every API router: a plain `def` endpoint ends its answer's transactions
+    in its own thread, as it returns (commit) or raises (rollback).
+
+    FastAPI closes a dependency only once the response is validated, and it validates a plain
+    `def` endpoint's response on the thread pool: a second thread, asked for while the transaction
+    still holds what other requests wait for (SQLite's write lock, PostgreSQL's row locks). Under
+    load those waiters hold every thread of the pool (200 rollout workers registering at once in
+    bench/alerts.py), and the validation waited for a thread that waited for it: the server
+    stopped answering. Ended in the endpoint's thread, nothing is held past it."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        if not inspect.iscoroutinefunction(endpoint) and not getattr(endpoint, "ends_its_transactions", False):
+            endpoint = _ending_its_transactions(endpoint)
+        super().__init__(path, endpoint, **kwargs)
+
+
+def _ending_its_transactions(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(endpoint)  # FastAPI reads the signature (and its globals) through __wrapped__
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        sessions = [value for value in kwargs.values() if isinstance(value, Session)]
+        try:
+            result = endpoint(*args, **kwargs)
+            for s in sessions:
+                if s.in_transaction():
+                    s.commit()
+        except BaseException:
+            for s in sessions:
+                s.rollback()
+            raise
+        return result
+    answer.ends_its_transactions = True  # type: ignore[attr-defined]
+    return answer
 
 
 async def read_session(request: Request) -> AsyncIterator[Session]:
@@ -95,7 +152,7 @@ async def write_session(request: Request) -> AsyncIterator[Session]:
     """One write transaction for the answer, committed before it is sent; its wake-ups and
     `after_commit` calls run once it has committed (backend/alerts/effects.py)."""
     state = request.app.state
-    async with _transaction(state.effects.write(state.db)) as s:
+    async with _transaction(state.db.write(), state.effects) as s:
         yield s
 
 

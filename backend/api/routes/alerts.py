@@ -7,7 +7,7 @@ from fastapi import APIRouter, Body, Query
 from paritywatch.backend.alerts import lifecycle
 from paritywatch.backend.alerts.silences import muting
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import AdminDep, EngineDep, ReadDep, ReadSession, WriteSession
+from paritywatch.backend.api.deps import AnswerRoute, AdminDep, EngineDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.api.query import AlertsPage, EventsPage, encode_cursor
 from paritywatch.backend.models import Alert, utcnow
 from paritywatch.backend.schemas.alerts import AlertEvents, AlertEventOut, AlertList, AlertNote, AlertOut
@@ -19,7 +19,7 @@ from paritywatch.backend.store import packs as pack_store
 from paritywatch.backend.store import silences as silence_store
 from paritywatch.backend.store.runs import get_run
 
-router = APIRouter(tags=["alerts"])
+router = APIRouter(tags=["alerts"], route_class=AnswerRoute)
 StatusFilter = Annotated[Literal["firing", "acknowledged", "resolved", "open"] | None, Query()]
 OptionalNote = Annotated[AlertNote | None, Body()]
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import EngineDep, IngestBulkDep, ReadDep, ReadSession, WriteSession
+from paritywatch.backend.api.deps import AnswerRoute, EngineDep, IngestBulkDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.api.query import AttestationsPage, VersionsPage, encode_cursor
 from paritywatch.backend.detect import attest as attest_logic
 from paritywatch.backend.schemas.attestations import (AttestationList, AttestationOut, AttestationStored, VersionComparison,
@@ -16,7 +16,7 @@ from paritywatch.backend.store import attestations as att_store
 from paritywatch.backend.store.attestations import Attested
 from paritywatch.backend.store.runs import get_run
 
-router = APIRouter(tags=["attestations"])
+router = APIRouter(tags=["attestations"], route_class=AnswerRoute)
 OptionalId = Annotated[int | None, Query(ge=0, le=2**53)]
 
 

@@ -8,13 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import EngineDep, IngestBulkDep, ReadDep, ReadSession, WriteSession
+from paritywatch.backend.api.deps import AnswerRoute, EngineDep, IngestBulkDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.api.query import AuditSamplesPage, AuditsPage, encode_cursor
 from paritywatch.backend.schemas.audits import AuditBatch, AuditList, AuditOut, AuditSampleList, AuditSampleOut, AuditStored, AuditWindowOut
 from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.store import audits as audit_store
 
-router = APIRouter(prefix="/runs/{run_id}/audits", tags=["audits"])
+router = APIRouter(prefix="/runs/{run_id}/audits", tags=["audits"], route_class=AnswerRoute)
 _VISIBLE = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", " ": "␣"}
 
 

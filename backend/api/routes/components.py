@@ -6,14 +6,14 @@ from fastapi import APIRouter, Body
 
 from paritywatch.backend.alerts import run_state
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import (DbDep, EngineDep, IngestBulkDep, IngestDep, ReadDep, ReadSession, SettingsDep,
+from paritywatch.backend.api.deps import (AnswerRoute, DbDep, EngineDep, IngestBulkDep, IngestDep, ReadDep, ReadSession, SettingsDep,
                                           WriteSession)
 from paritywatch.backend.schemas.components import (ComponentClose, ComponentCreate, ComponentOut, FingerprintStored,
                                                     HeartbeatIn, HeartbeatOut)
 from paritywatch.backend.store import fingerprints as fp_store
 from paritywatch.backend.store.control import control_of
 
-router = APIRouter(tags=["components"])
+router = APIRouter(tags=["components"], route_class=AnswerRoute)
 
 
 @router.post(

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from paritywatch.backend.alerts import run_state
-from paritywatch.backend.api.deps import (AdminDep, ControlWatcherDep, IngestDep, ReadDep, ReadOrIngestDep, ReadSession,
+from paritywatch.backend.api.deps import (AnswerRoute, AdminDep, ControlWatcherDep, IngestDep, ReadDep, ReadOrIngestDep, ReadSession,
                                           SettingsDep, WriteSession)
 from paritywatch.backend.api.query import EventsPage, encode_cursor
 from paritywatch.backend.schemas.control import ControlAction, ControlAudit, ControlEventOut, ControlOut, StopAcknowledgement
@@ -14,7 +14,7 @@ from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from paritywatch.backend.store import control as control_store
 from paritywatch.backend.store import runs as run_store
 
-router = APIRouter(prefix="/runs/{run_id}/control", tags=["control"])
+router = APIRouter(prefix="/runs/{run_id}/control", tags=["control"], route_class=AnswerRoute)
 
 
 @router.get("", response_model=ControlOut, summary="The run's control state")

@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sse_starlette import EventSourceResponse
 
-from paritywatch.backend.api.deps import OpenModeDep, ReadDep, ReadOrIngestDep, StreamsDep, app_service, require
+from paritywatch.backend.api.deps import AnswerRoute, OpenModeDep, ReadDep, ReadOrIngestDep, StreamsDep, app_service, require
 from paritywatch.backend.control_watch import ControlWatcher
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import RUN_STATES
@@ -19,7 +19,7 @@ from paritywatch.backend.schemas.meta import WhoAmI
 from paritywatch.backend.store.observability import service_counts
 from trainer_hooks.contract import SEVERITIES
 
-router = APIRouter(tags=["meta"])
+router = APIRouter(tags=["meta"], route_class=AnswerRoute)
 PING_EVERY_S = 15.0
 DELIVERY_STATES = ("pending", "delivered", "failed")
 

@@ -4,14 +4,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from paritywatch.backend.api.deps import IngestBulkDep, MetricsDep, ReadDep, ReadSession, SettingsDep, app_service
+from paritywatch.backend.api.deps import AnswerRoute, IngestBulkDep, MetricsDep, ReadDep, ReadSession, SettingsDep, app_service
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
 from paritywatch.backend.api.query import KeysPage, encode_cursor
 from paritywatch.backend.schemas.metrics import MetricBatch, MetricBatchResult, MetricKeyList, MetricKeyOut, SeriesOut, SeriesTimesOut
 from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from trainer_hooks.contract import MAX_KEY_LENGTH, MAX_STEP
 
-router = APIRouter(prefix="/runs/{run_id}", tags=["metrics"])
+router = APIRouter(prefix="/runs/{run_id}", tags=["metrics"], route_class=AnswerRoute)
 
 
 IngestDep = Annotated[IngestServices, Depends(app_service("ingest"))]

@@ -5,12 +5,12 @@ from fastapi import APIRouter
 
 from paritywatch.backend.alerts import lifecycle
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import AdminDep, EngineDep, ReadDep, ReadSession, WriteSession
+from paritywatch.backend.api.deps import AnswerRoute, AdminDep, EngineDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.schemas.packs import PackCatalog, PackOut, PackRuleOut, ProjectSettings
 from paritywatch.backend.store import packs as pack_store
 
-router = APIRouter(tags=["rules"])
+router = APIRouter(tags=["rules"], route_class=AnswerRoute)
 
 
 @router.get("/packs", response_model=PackCatalog, summary="The framework metric packs, their rules and sources")

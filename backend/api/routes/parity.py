@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from paritywatch.backend.api.deps import ReadDep, ReadSession
+from paritywatch.backend.api.deps import AnswerRoute, ReadDep, ReadSession
 from paritywatch.backend.detect.parity import compute_parity
 from paritywatch.backend.store import fingerprints as fp_store
 from paritywatch.backend.store.runs import get_run
 
-router = APIRouter(tags=["parity"])
+router = APIRouter(tags=["parity"], route_class=AnswerRoute)
 
 
 def _comp(c) -> dict:

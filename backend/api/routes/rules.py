@@ -4,12 +4,12 @@ from fastapi import APIRouter, Response
 
 from paritywatch.backend.alerts import lifecycle
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import AdminDep, EngineDep, ReadDep, ReadSession, WriteSession
+from paritywatch.backend.api.deps import AnswerRoute, AdminDep, EngineDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.models import Rule
 from paritywatch.backend.schemas.rules import RuleIn, RuleList, RuleOut, RulePatch
 from paritywatch.backend.store import rules as rule_store
 
-router = APIRouter(tags=["rules"])
+router = APIRouter(tags=["rules"], route_class=AnswerRoute)
 
 
 def _out(rule: Rule) -> RuleOut:

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query, Response
 from paritywatch.backend.alerts import taint
 from paritywatch.backend.alerts.silences import muted_count
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import (AdminDep, EngineDep, IngestDep, JanitorDep, ReadDep, ReadSession, SettingsDep,
+from paritywatch.backend.api.deps import (AnswerRoute, AdminDep, EngineDep, IngestDep, JanitorDep, ReadDep, ReadSession, SettingsDep,
                                           WriteSession, require_project)
 from paritywatch.backend.api.query import DeletionsPage, RunsPage, encode_cursor
 from paritywatch.backend.detect import packs as pack_catalog
@@ -28,8 +28,8 @@ from paritywatch.backend.store.workers import silent_cutoff
 from trainer_hooks import contract
 from trainer_hooks.contract import MAX_STEP
 
-router = APIRouter(prefix="/runs", tags=["runs"])
-deletions = APIRouter(prefix="/run-deletions", tags=["runs"])
+router = APIRouter(prefix="/runs", tags=["runs"], route_class=AnswerRoute)
+deletions = APIRouter(prefix="/run-deletions", tags=["runs"], route_class=AnswerRoute)
 StateFilter = Annotated[ControlStateName | None, Query(description="Only runs in this state")]
 
 

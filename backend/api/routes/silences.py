@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from paritywatch.backend.alerts.effects import after_commit
-from paritywatch.backend.api.deps import AdminDep, NotifierDep, ReadDep, ReadSession, WriteSession
+from paritywatch.backend.api.deps import AnswerRoute, AdminDep, NotifierDep, ReadDep, ReadSession, WriteSession
 from paritywatch.backend.models import Silence, utcnow
 from paritywatch.backend.schemas.silences import SilenceIn, SilenceList, SilenceOut
 from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
@@ -16,7 +16,7 @@ from paritywatch.backend.store import notifications as notification_store
 from paritywatch.backend.store import silences as store
 from paritywatch.backend.store.runs import get_run
 
-router = APIRouter(prefix="/silences", tags=["silences"])
+router = APIRouter(prefix="/silences", tags=["silences"], route_class=AnswerRoute)
 log = logging.getLogger("paritywatch.silences")
 StateFilter = Annotated[Literal["active", "expired", "all"], Query()]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from paritywatch.backend.alerts.notifier import grouping_of
-from paritywatch.backend.api.deps import (AdminDep, DispatcherDep, EffectsDep, ReadDep, ReadSession, ResolverDep, SettingsDep,
+from paritywatch.backend.api.deps import (AnswerRoute, AdminDep, DispatcherDep, EffectsDep, ReadDep, ReadSession, ResolverDep, SettingsDep,
                                           WriteSession)
 from paritywatch.backend.api.query import DeliveriesPage, encode_cursor
 from paritywatch.backend.errors import Invalid
@@ -19,8 +19,8 @@ from paritywatch.backend.webhooks.ssrf import AddressPolicy, UnsafeURL, check_ur
 from trainer_hooks.contract import WEBHOOK_EVENT_DESCRIPTIONS
 from trainer_hooks import contract
 
-router = APIRouter(prefix="/webhooks", tags=["webhooks"])
-events_router = APIRouter(tags=["webhooks"])
+router = APIRouter(prefix="/webhooks", tags=["webhooks"], route_class=AnswerRoute)
+events_router = APIRouter(tags=["webhooks"], route_class=AnswerRoute)
 
 
 @events_router.get("/webhook-events", response_model=EventTypeList, summary="The event types a webhook can subscribe to")

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from paritywatch.backend.api.deps import ReadDep, ReadSession, SettingsDep
+from paritywatch.backend.api.deps import AnswerRoute, ReadDep, ReadSession, SettingsDep
 from paritywatch.backend.api.query import WorkersPage, encode_cursor
 from paritywatch.backend.detect import workers as view
 from paritywatch.backend.models import PROCESS_STATES, utcnow
@@ -16,7 +16,7 @@ from paritywatch.backend.store import workers as store
 from paritywatch.backend.store.metrics import RawBudget
 from trainer_hooks import contract
 
-router = APIRouter(prefix="/runs/{run_id}/workers", tags=["workers"])
+router = APIRouter(prefix="/runs/{run_id}/workers", tags=["workers"], route_class=AnswerRoute)
 
 Fingerprint = Annotated[str | None, Query(
     pattern=r"^([0-9a-f]{64}|missing)$",
