@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import ApiToken
 from paritywatch.backend.store import tokens as token_store
-# The store's queries that callers (cli, live streams, open mode) reach through this module.
-from paritywatch.backend.store.tokens import active_among, has_active_tokens, has_any_tokens, list_tokens  # noqa: F401
 
 SCOPES = ("ingest", "read", "admin")
 TOKEN_PREFIX = "pw_"
@@ -65,8 +63,9 @@ def create_token(db: Database, name: str, scopes: list[str], project: str | None
     if project is not None and not project.strip():
         raise ValueError("the project name is empty")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = token_store.add_token(db, name=name, token_hash=hash_token(secret), prefix=secret[:10],
-                                scopes=",".join(sorted(set(scopes))), project=project)
+    with db.write() as s:
+        row = token_store.add_token(s, name=name, token_hash=hash_token(secret), prefix=secret[:10],
+                                    scopes=",".join(sorted(set(scopes))), project=project)
     return row, secret
 
 
@@ -77,17 +76,37 @@ def ensure_bootstrap_token(db: Database, secret: str) -> bool:
     it was created now."""
     if len(secret) < 24:
         raise ValueError("PARITYWATCH_BOOTSTRAP_TOKEN must be at least 24 characters")
-    return token_store.add_token_once(db, name="bootstrap", token_hash=hash_token(secret), prefix=secret[:6],
-                                      scopes="admin")
+    with db.write() as s:
+        return token_store.add_token_once(s, name="bootstrap", token_hash=hash_token(secret), prefix=secret[:6],
+                                          scopes="admin")
 
 
 def revoke_token(db: Database, token_id: int, cache: "TokenCache | None" = None) -> bool:
     """Revoke; a cache in this process forgets the token at once (other processes within their
     cache TTL, and their open event streams within `stream_auth_check_s`)."""
-    ok, digest = token_store.revoke(db, token_id)
+    with db.write() as s:
+        ok, digest = token_store.revoke(s, token_id)
     if ok and cache is not None and digest:
         cache.invalidate(digest)
     return ok
+
+
+def list_tokens(db: Database) -> list[ApiToken]:
+    with db.read() as s:
+        return token_store.list_tokens(s)
+
+
+def has_active_tokens(db: Database) -> bool:
+    with db.read() as s:
+        return token_store.has_active_tokens(s)
+
+
+def active_among(db: Database, digests: set[str]) -> set[str]:
+    """Which of these token hashes are still valid (one query for every open stream)."""
+    if not digests:
+        return set()
+    with db.read() as s:
+        return token_store.active_among(s, digests)
 
 
 class TokenCache:
@@ -113,7 +132,8 @@ class TokenCache:
         if found:
             return principal
         digest = hash_token(secret)
-        row = token_store.token_by_hash(self.db, digest)
+        with self.db.read() as s:
+            row = token_store.token_by_hash(s, digest)
         principal = None
         if row is not None and not row.revoked:
             principal = Principal(f"token:{row.name}", expand_scopes(row.scopes.split(",")), row.project, digest)
@@ -154,6 +174,7 @@ class OpenMode:
         known = self.cached()
         if known is not None:
             return known
-        self._open = not has_any_tokens(self.db)
+        with self.db.read() as s:
+            self._open = not token_store.has_any_tokens(s)
         self._checked_at = time.monotonic()
         return self._open

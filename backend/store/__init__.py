@@ -6,7 +6,7 @@ rolls back or opens one of its own: the caller owns the transaction, one per uni
   first statement and committed or closed before the answer is sent; what must follow the commit
   goes through `after_commit` (backend/alerts/effects.py).
 - Background workers (detection, the heartbeat sweep, notifier, dispatcher, janitor, control
-  watcher, live streams) and the CLI: one `Database.read()` / `write()` / `Effects.write()` per
+  watcher, live streams), the CLI and the token service (backend/auth.py): one `Database.read()` / `write()` / `Effects.write()` per
   unit of work, passed down.
 - A race with a concurrent insert is retried in a SAVEPOINT inside the caller's transaction
   (`rows.raced`).
@@ -14,5 +14,4 @@ rolls back or opens one of its own: the caller owns the transaction, one per uni
 Outside it by design, taking the `Database`: metric ingest (`metrics.MetricStore`), the heartbeat
 UPDATE (`runs.touch_component`) and retention's `retention.RowRemover` write on a driver cursor
 through the group-commit writer (`Database.run_raw`), where many requests share one transaction.
-Not converted yet: `tokens` (auth's cache, open mode, the CLI).
 """
