@@ -160,7 +160,7 @@ class Database:
 
     def writer_backlog(self) -> int:
         """Jobs (metric batches) waiting for the group-commit writer; 0 when it is idle. Lets
-        background work (backend/janitor.py) step aside while ingest is busy."""
+        background work (backend/background/janitor.py) step aside while ingest is busy."""
         group = self._group
         return group.jobs.qsize() if group is not None else 0
 

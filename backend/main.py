@@ -26,11 +26,11 @@ from paritywatch.backend.api.routes import (alerts, attestations, audits, compon
                                            parity, rules, runs, silences, webhooks, workers)
 from paritywatch.backend.api.routes.meta import add_prometheus, make_registry
 from paritywatch.backend.auth import OpenMode, TokenCache
-from paritywatch.backend.control_watch import ControlWatcher
-from paritywatch.backend.detect.engine import DetectionEngine
+from paritywatch.backend.control.watch import ControlWatcher
+from paritywatch.backend.background.engine import DetectionEngine
 from paritywatch.backend.db import Database
-from paritywatch.backend.janitor import Janitor
-from paritywatch.backend.live import StreamHub
+from paritywatch.backend.background.janitor import Janitor
+from paritywatch.backend.background.live import StreamHub
 from paritywatch.backend.middleware import RequestGuard, SecurityHeaders
 from paritywatch.backend.models import ALERT_KINDS, RUN_STATES
 from paritywatch.backend.schemas.common import ErrorResponse

@@ -27,7 +27,7 @@ from _common import emit, pg_available, progress, scratch_db
 from sqlalchemy import insert, select, text
 
 from paritywatch.backend import migrate
-from paritywatch.backend.alerts import run_state
+from paritywatch.backend.control import run_state
 from paritywatch.backend.alerts.effects import Effects
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import Component, Run, utcnow

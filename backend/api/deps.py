@@ -29,11 +29,11 @@ from starlette.routing import Mount, Route, compile_path
 from paritywatch.backend.alerts.effects import Effects
 from paritywatch.backend.alerts.notifier import Notifier
 from paritywatch.backend.auth import OpenMode, Principal
-from paritywatch.backend.control_watch import ControlWatcher
+from paritywatch.backend.control.watch import ControlWatcher
 from paritywatch.backend.db import Database
-from paritywatch.backend.detect.engine import DetectionEngine
-from paritywatch.backend.janitor import Janitor
-from paritywatch.backend.live import StreamHub
+from paritywatch.backend.background.engine import DetectionEngine
+from paritywatch.backend.background.janitor import Janitor
+from paritywatch.backend.background.live import StreamHub
 from paritywatch.backend.settings import Settings
 from paritywatch.backend.store import runs as run_store
 from paritywatch.backend.store.metrics import MetricStore

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from paritywatch.backend.api.routes.meta import IngestCounters
-from paritywatch.backend.detect.engine import DetectionEngine
+from paritywatch.backend.background.engine import DetectionEngine
 from paritywatch.backend.middleware import is_json_type
 from paritywatch.backend.schemas.metrics import MetricBatch, MetricBatchResult
 from paritywatch.backend.settings import Settings
@@ -69,7 +69,7 @@ async def ingest_metric_batch(svc: IngestServices, run_id: int, body: bytes,
         # A replay: if the first attempt's evaluation failed, its job is still queued. Do it now.
         await run_in_threadpool(svc.engine.process_pending, run_id=run_id)
         return MetricBatchResult(accepted=0, skipped_nonfinite=0, duplicate=True)
-    if result.job_id is not None:  # written with the batch: evaluated exactly once (backend/detect/engine.py)
+    if result.job_id is not None:  # written with the batch: evaluated exactly once (backend/background/engine.py)
         await run_in_threadpool(svc.engine.evaluate, Job(result.job_id, run_id, "metrics", tuple(watched),
                                                          prepared.spans(watched)))
     return MetricBatchResult(accepted=prepared.accepted, skipped_nonfinite=prepared.skipped, duplicate=False)

@@ -1,5 +1,5 @@
 """Weight attestations (docs/design.md, "Weight-sync attestation"): the SQL. What they mean is
-backend/detect/attest.py; the alerts they raise, backend/detect/detectors/weights.py."""
+backend/detect/attest.py; the alerts they raise, backend/background/detectors/weights.py."""
 from __future__ import annotations
 
 import re

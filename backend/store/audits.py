@@ -48,7 +48,7 @@ def store_audit(s: Session, run_id: int, body: dict[str, Any]) -> int | None:
             s.flush()
             for rank, sample in reversed(list(enumerate(body["samples"]))):
                 s.add(_sample_row(audit.id, run_id, rank, sample))
-            jobs.add(s, run_id, "audit")  # evaluated exactly once (backend/detect/engine.py)
+            jobs.add(s, run_id, "audit")  # evaluated exactly once (backend/background/engine.py)
             s.flush()
             return audit.id
     except IntegrityError:  # a concurrent retry of the same audit stored it first

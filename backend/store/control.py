@@ -1,5 +1,5 @@
 """Run state rows: the state column with a version, and its audit log (`control_events`).
-Which changes are allowed, and what each one sets off, is backend/alerts/run_state.py."""
+Which changes are allowed, and what each one sets off, is backend/control/run_state.py."""
 from __future__ import annotations
 
 from sqlalchemy import select

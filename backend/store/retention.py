@@ -3,7 +3,7 @@
 One DELETE of a 10M-point run would hold SQLite's write lock (or, on PostgreSQL, run one
 transaction for minutes) and stall every metric batch behind it. Here each step removes at most
 a few hundred to a few thousand rows in a short transaction of its own, so a batch waits behind
-one small step at most; `backend/janitor.py` sizes and paces the steps by what each one cost.
+one small step at most; `backend/background/janitor.py` sizes and paces the steps by what each one cost.
 
 Deleting a run: `request_deletion` hides it at once (`runs.deleted_at`: 404 everywhere, ingest
 refused, its name free for a new run) and records a `run_deletions` row; then its chunks,
@@ -42,7 +42,7 @@ def tombstone_name(run_id: int) -> str:
 
 def request_deletion(s: Session, run_id: int, actor: str | None, reason: str | None) -> RunDeletion:
     """Hide the run and record who deleted it; its rows go later, in steps (`RowRemover`, driven
-    by backend/janitor.py)."""
+    by backend/background/janitor.py)."""
     run = get_run(s, run_id)
     points = s.scalar(select(func.coalesce(func.sum(MetricKey.count), 0)).where(MetricKey.run_id == run_id))
     record = RunDeletion(run_id=run.id, project=run.project, name=run.name, actor=actor, reason=reason,

@@ -1,5 +1,5 @@
 """Runs and their components (processes): the SQL. The state machine that uses it is
-backend/alerts/run_state.py."""
+backend/control/run_state.py."""
 from __future__ import annotations
 
 import json

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from paritywatch.backend.janitor import Janitor
+from paritywatch.backend.background.janitor import Janitor
 from paritywatch.backend.main import create_app
 from paritywatch.backend.models import SampleAudit, SampleAuditSample, utcnow
 from paritywatch.backend.settings import Settings

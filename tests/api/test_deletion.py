@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from paritywatch.backend.alerts import lifecycle
-from paritywatch.backend.janitor import Janitor
+from paritywatch.backend.background.janitor import Janitor
 from paritywatch.backend.main import create_app
 from paritywatch.backend.models import (
     Alert, AlertEvent, Component, ControlEvent, IngestBatch, MetricChunk, MetricKey, MetricRollup, Rule, Run,

@@ -8,7 +8,7 @@ import threading
 import pytest
 from sqlalchemy import func, select
 
-from paritywatch.backend.detect.detectors import parity as parity_detector
+from paritywatch.backend.background.detectors import parity as parity_detector
 from paritywatch.backend.main import create_app
 from paritywatch.backend.models import DetectJob, RuleState
 from paritywatch.backend.settings import Settings

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from paritywatch.backend.alerts import run_state
+from paritywatch.backend.control import run_state
 from paritywatch.backend.main import create_app
 from paritywatch.backend.models import utcnow
 from paritywatch.backend.settings import Settings

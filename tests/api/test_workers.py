@@ -169,7 +169,7 @@ def test_series_split_by_sender_ranks_the_bad_replica_first(client):
 def test_a_lost_worker_is_lost_with_its_heartbeat_alert(client, app):
     from datetime import timedelta
 
-    from paritywatch.backend.alerts import run_state
+    from paritywatch.backend.control import run_state
     from paritywatch.backend.models import Component, utcnow
 
     run_id = new_run(client, "lost-one")["id"]

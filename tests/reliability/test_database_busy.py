@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from paritywatch.backend.alerts import run_state
+from paritywatch.backend.control import run_state
 from paritywatch.backend.settings import Settings
 from tests.support.live import RawHttp, ThreadServer
 

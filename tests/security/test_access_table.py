@@ -2,7 +2,7 @@
 table the security tests exercise (every route x every scope) is the one the app declares."""
 from __future__ import annotations
 
-from paritywatch.backend.api import access_table
+from paritywatch.backend import access_table
 from paritywatch.backend.api.deps import route_access_table
 from paritywatch.backend.main import create_app
 from paritywatch.backend.settings import Settings
@@ -16,7 +16,7 @@ def _app(sqlite_db):
 def test_the_docs_table_is_the_apps(sqlite_db):
     doc = access_table.DOC.read_text()
     expected = access_table.replace_in(doc, access_table.markdown(_app(sqlite_db)))
-    assert doc == expected, "docs/api.md is stale: run `python -m paritywatch.backend.api.access_table --write`"
+    assert doc == expected, "docs/api.md is stale: run `python -m paritywatch.backend.access_table --write`"
 
 
 def test_the_exercised_table_is_the_declared_one(sqlite_db):

@@ -8,20 +8,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Lowest first. A module belongs to the layer of the longest prefix that names it; it may import
-# its own layer and the ones below. The same order is written in docs/design.md.
+# Lowest first. Each entry is a folder of backend/ or a module at its top: the folder is the layer
+# (a test below checks that no entry sits inside another). A module may import its own layer and
+# the ones below. The same order is written in docs/design.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("trainer_hooks",),  # the client library and the wire contract: never imports backend
     ("paritywatch.backend.settings", "paritywatch.backend.errors", "paritywatch.backend.db", "paritywatch.backend.models",
      "paritywatch.backend.migrate"),
     ("paritywatch.backend.store",),  # all SQL
     ("paritywatch.backend.detect",),  # pure detection: rules and the fingerprint verdict
-    ("paritywatch.backend.alerts", "paritywatch.backend.webhooks", "paritywatch.backend.auth"),  # alert lifecycle, delivery, identities
-    ("paritywatch.backend.detect.engine", "paritywatch.backend.detect.detectors", "paritywatch.backend.janitor",
-     "paritywatch.backend.control_watch", "paritywatch.backend.live"),  # workers
+    ("paritywatch.backend.alerts", "paritywatch.backend.control", "paritywatch.backend.webhooks",
+     "paritywatch.backend.auth"),  # alert lifecycle, run control, delivery, identities
+    ("paritywatch.backend.background",),  # workers: detection engine and detectors, janitor, live streams
     ("paritywatch.backend.api", "paritywatch.backend.schemas", "paritywatch.backend.middleware"),  # HTTP
     ("paritywatch.backend.main", "paritywatch.backend.cli", "paritywatch.backend.serving",
-     "paritywatch.backend.api.access_table"),  # the application and its tools
+     "paritywatch.backend.access_table"),  # the application and its tools
 )
 
 
@@ -96,13 +97,22 @@ def test_the_check_sees_an_upward_import_even_inside_a_function() -> None:
     assert upward_imports("from ..api import deps\n", "paritywatch.backend.store.runs")  # relative imports too
 
 
+def test_each_layer_is_whole_folders_and_top_modules() -> None:
+    """A folder's modules are all of one layer: no layer entry names a module or folder inside
+    another entry's folder, so where a file lives says what it may import."""
+    entries = [prefix for prefixes in LAYERS[1:] for prefix in prefixes]
+    assert all(prefix.count(".") == 2 for prefix in entries), entries  # paritywatch.backend.<name>
+    tops = {module.split(".")[2] for module, _ in backend_modules()}
+    assert tops == {prefix.split(".")[2] for prefix in entries}, "a folder or top module of backend/ is in no layer"
+
+
 def test_every_layer_in_the_test_is_written_in_the_design_document() -> None:
     design = (ROOT / "docs" / "design.md").read_text()
     missing = [prefix for prefixes in LAYERS for prefix in prefixes if f"`{prefix}`" not in design]
     assert not missing, f"docs/design.md does not name these layers: {missing}"
 
 
-# The detectors (backend/detect/detectors/) read and write through the store; the modules that
+# The detectors (backend/background/detectors/) read and write through the store; the modules that
 # decide what rows mean (parity, attest, audits, rules, trend, sawtooth, ...) take the rows as
 # arguments and never reach a database themselves.
 DATABASE_ACCESS = ("sqlalchemy", "paritywatch.backend.db")

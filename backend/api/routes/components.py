@@ -4,7 +4,7 @@ from typing import Any
 
 from fastapi import APIRouter, Body
 
-from paritywatch.backend.alerts import run_state
+from paritywatch.backend.control import run_state
 from paritywatch.backend.alerts.effects import after_commit
 from paritywatch.backend.api.deps import (AnswerRoute, DbDep, EngineDep, IngestBulkDep, IngestDep, ReadDep, ReadSession, SettingsDep,
                                           WriteSession)
@@ -36,7 +36,7 @@ def heartbeat(run_id: int, component_id: int, db: DbDep, s: WriteSession, _: Ing
               body: HeartbeatIn | None = None) -> HeartbeatOut:
     """The body (optional) says how far along the process is: its policy version and throughput,
     shown in `GET /runs/{id}/workers`. A beat without one leaves the version as it was."""
-    # The beat itself goes through the group-commit writer (`db`, backend/alerts/run_state.py);
+    # The beat itself goes through the group-commit writer (`db`, backend/control/run_state.py);
     # `s` begins only for a lost process coming back.
     progress = body if body is not None else HeartbeatIn()
     return HeartbeatOut(control=run_state.heartbeat(db, s, run_id, component_id, progress.model_dump()))

@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
-from paritywatch.backend.alerts import run_state
+from paritywatch.backend.control import run_state
 from paritywatch.backend.api.deps import (AnswerRoute, AdminDep, ControlWatcherDep, IngestDep, ReadDep, ReadOrIngestDep, ReadSession,
                                           SettingsDep, WriteSession)
 from paritywatch.backend.api.query import EventsPage, encode_cursor

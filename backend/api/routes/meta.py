@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 from sse_starlette import EventSourceResponse
 
 from paritywatch.backend.api.deps import AnswerRoute, OpenModeDep, ReadDep, ReadOrIngestDep, StreamsDep, app_service, require
-from paritywatch.backend.control_watch import ControlWatcher
+from paritywatch.backend.control.watch import ControlWatcher
 from paritywatch.backend.db import Database
 from paritywatch.backend.models import RUN_STATES
 from paritywatch.backend.schemas.meta import WhoAmI

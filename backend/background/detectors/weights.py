@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from paritywatch.backend.alerts import lifecycle, run_state
+from paritywatch.backend.alerts import lifecycle
+from paritywatch.backend.control import run_state
 from paritywatch.backend.detect import attest as attest_logic
 from paritywatch.backend.detect.attest import WEIGHT_ALERTS, alert_key
-from paritywatch.backend.detect.detectors import Detector
+from paritywatch.backend.background.detectors import Detector
 from paritywatch.backend.models import Run, utcnow
 from paritywatch.backend.store import attestations as att_store
 from paritywatch.backend.store import jobs as job_store

@@ -1,11 +1,11 @@
 """Detection: evaluates the durable jobs every accepted fingerprint, attestation, audit and metric
 batch writes with itself (backend/store/jobs.py), and sweeps attestations and heartbeats on a timer.
 
-What each kind of job means is its detector's (backend/detect/detectors/): processor mismatch ->
+What each kind of job means is its detector's (backend/background/detectors/): processor mismatch ->
 alert (and pause, per the run's on_mismatch); weights that differ from the trainer's -> alert (and
 pause, likewise), stale or older weights -> alert; per-sample audits with a failing cause ->
 sample_audit alerts; rule breaches -> alert and the rule's action. Silent processes -> lost and
-heartbeat_lost (backend/alerts/run_state.py). Conditions that clear auto-resolve. The engine is the
+heartbeat_lost (backend/control/run_state.py). Conditions that clear auto-resolve. The engine is the
 table of detectors by job kind, when they run, the retry on a racing replica, and the sweeps.
 
 Exactly once: the request that wrote a job evaluates it right after its commit; a job whose
@@ -23,15 +23,15 @@ from typing import Callable
 
 from sqlalchemy.exc import IntegrityError
 
-from paritywatch.backend.alerts import run_state
+from paritywatch.backend.control import run_state
 from paritywatch.backend.alerts.effects import Effects
 from paritywatch.backend.alerts.hearing import HearingClock
 from paritywatch.backend.db import Database
-from paritywatch.backend.detect.detectors import Detector
-from paritywatch.backend.detect.detectors.audits import AuditDetector
-from paritywatch.backend.detect.detectors.parity import ParityDetector
-from paritywatch.backend.detect.detectors.rules import RuleDetector
-from paritywatch.backend.detect.detectors.weights import WeightDetector
+from paritywatch.backend.background.detectors import Detector
+from paritywatch.backend.background.detectors.audits import AuditDetector
+from paritywatch.backend.background.detectors.parity import ParityDetector
+from paritywatch.backend.background.detectors.rules import RuleDetector
+from paritywatch.backend.background.detectors.weights import WeightDetector
 from paritywatch.backend.models import utcnow
 from paritywatch.backend.settings import Settings
 from paritywatch.backend.store import jobs as job_store

@@ -8,13 +8,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from paritywatch.backend.alerts import lifecycle, run_state
+from paritywatch.backend.alerts import lifecycle
+from paritywatch.backend.control import run_state
 from paritywatch.backend.alerts.effects import Effects
 from paritywatch.backend.db import Database
 from paritywatch.backend.detect import packs as pack_catalog
 from paritywatch.backend.detect import rules as rule_logic
 from paritywatch.backend.detect import sawtooth, trend
-from paritywatch.backend.detect.detectors import Detector
+from paritywatch.backend.background.detectors import Detector
 from paritywatch.backend.models import Rule, Run
 from paritywatch.backend.settings import Settings
 from paritywatch.backend.store import jobs as job_store

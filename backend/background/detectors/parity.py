@@ -2,8 +2,9 @@
 current fingerprints (verdicts and alert texts: backend/detect/parity.py)."""
 from __future__ import annotations
 
-from paritywatch.backend.alerts import lifecycle, run_state
-from paritywatch.backend.detect.detectors import Detector
+from paritywatch.backend.alerts import lifecycle
+from paritywatch.backend.control import run_state
+from paritywatch.backend.background.detectors import Detector
 from paritywatch.backend.detect.parity import (MATCH_AGAIN, bounded_diff, compute_parity, diff_cached,
                                                diff_is_cached, differing_components, evidence_of_findings, mismatch_alerts,
                                                mismatch_pause_reason, mismatch_title)

@@ -1,7 +1,7 @@
 """The route x scope table of docs/api.md, generated from the app's own scope declarations.
 
-    python -m paritywatch.backend.api.access_table            # print it
-    python -m paritywatch.backend.api.access_table --write    # replace it in docs/api.md
+    python -m paritywatch.backend.access_table            # print it
+    python -m paritywatch.backend.access_table --write    # replace it in docs/api.md
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from paritywatch.backend.api.deps import route_access_table
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 START, END = "<!-- access-table:start -->", "<!-- access-table:end -->"
 HIDDEN = ("/api/{rest:path}",)  # the 404/405 fallback for unknown API paths
 # Vendored assets carry their package's version in the URL (immutable caching): the table names

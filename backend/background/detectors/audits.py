@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from paritywatch.backend.alerts import lifecycle
 from paritywatch.backend.detect import audits as audit_logic
-from paritywatch.backend.detect.detectors import Detector
+from paritywatch.backend.background.detectors import Detector
 from paritywatch.backend.store import audits as audit_store
 from paritywatch.backend.store import jobs as job_store
 from paritywatch.backend.store.jobs import Job

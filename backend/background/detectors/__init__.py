@@ -1,8 +1,8 @@
-"""The detectors the engine runs (backend/detect/engine.py; docs/design.md, "Detection and
+"""The detectors the engine runs (backend/background/engine.py; docs/design.md, "Detection and
 alerts"), one per kind of detection job:
 
-| job kind      | detector                  | its verdicts and alert texts (pure, one folder up) |
-| ------------- | ------------------------- | -------------------------------------------------- |
+| job kind      | detector                  | its verdicts and alert texts (pure, backend/detect/) |
+| ------------- | ------------------------- | ---------------------------------------------------- |
 | `fingerprint` | parity.ParityDetector     | parity.py                                          |
 | `audit`       | audits.AuditDetector      | audits.py                                          |
 | `attestation` | weights.WeightDetector    | attest.py                                          |
