@@ -1,7 +1,7 @@
 // Metric charts: every logged key grouped by prefix (pinned keys, then the keys of firing alerts, then
 // the common training keys first), drawn lazily, downsampled by the server to the chart's width, zoom fetching finer buckets,
 // live append, rule thresholds and alert markers.
-import { api, qs, UI_CONFIG } from './api.js';
+import { api, ApiError, qs, UI_CONFIG } from './api.js';
 import { clear, fmt, h } from './dom.js';
 
 const COLORS = { error: '#c62828', warning: '#b26a00', info: '#1565c0' };
@@ -13,6 +13,10 @@ const MIN_AUTO_TICK_SPAN = 10;
 // What a trainer logs under these names (any prefix: "loss", "train/loss") is what people look at first.
 export const COMMON_KEYS = ['loss', 'reward', 'reward_std', 'kl', 'entropy', 'grad_norm', 'learning_rate', 'epoch'];
 const PINNED_STORAGE = 'paritywatch.pinned-metrics';
+// A series that failed for a passing reason (server busy or unreachable) is fetched again by itself:
+// waits of 1, 2, 4, 8, 16 s, then only the Retry button.
+const LOAD_RETRIES = 5;
+const LOAD_RETRY_BASE_MS = 1000;
 
 let plotlyPromise = null;
 /** plotly.js from the installed plotly package, at a versioned (immutable) URL. The page's
@@ -144,6 +148,7 @@ class Chart {
           this.pin)),
       this.plot, this.caption);
     this.loaded = false;
+    this.failures = 0; // consecutive failed loads
     this.zoomed = null; // [stepMin, stepMax] while zoomed in
     this.data = null;
   }
@@ -161,6 +166,7 @@ class Chart {
   }
 
   async load(range = null) {
+    clearTimeout(this.retryTimer);
     this.zoomed = range;
     this.el.classList.add('loading');
     try {
@@ -169,11 +175,24 @@ class Chart {
       this.data = data;
       await this.draw(Plotly);
       this.loaded = true;
+      this.failures = 0;
     } catch (err) {
-      clear(this.plot, h('p', { class: 'chart-error' }, `Could not load this series: ${err.message}`));
+      this.failed(err, range);
     } finally {
       this.el.classList.remove('loading');
     }
+  }
+
+  /** Say why the series is missing; a passing failure (busy, unreachable, plotly.js not fetched) retries by itself. */
+  failed(err, range) {
+    this.failures += 1;
+    const passing = !(err instanceof ApiError) || err.status === 0 || err.status === 429 || err.status >= 500;
+    const again = passing && this.failures <= LOAD_RETRIES;
+    const wait = LOAD_RETRY_BASE_MS * 2 ** (this.failures - 1);
+    if (again) this.retryTimer = setTimeout(() => this.load(range), wait);
+    clear(this.plot, h('p', { class: 'chart-error', dataset: { failures: String(this.failures) } },
+      `Could not load this series: ${err.message}${again ? ` Trying again in ${wait / 1000} s.` : ''} `,
+      h('button', { class: 'button', type: 'button', on: { click: () => { this.failures = 0; this.load(range); } } }, 'Retry')));
   }
 
   traces() {
@@ -383,6 +402,9 @@ export function createCharts(container, runId, ctx) {
       clearTimeout(keysTimer);
       keysTimer = setTimeout(() => refreshKeys().catch(() => {}), 1000);
     },
-    destroy() { observer.disconnect(); clearTimeout(keysTimer); clearTimeout(filterTimer); },
+    destroy() {
+      observer.disconnect(); clearTimeout(keysTimer); clearTimeout(filterTimer);
+      for (const c of charts.values()) clearTimeout(c.retryTimer);
+    },
   };
 }

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.live import free_port, wait_healthy
 
@@ -98,6 +99,20 @@ def screenshots() -> Path:
 
 def page_problems(page) -> dict:
     return page.evaluate("({csp: window.__csp, errors: window.__errors})")
+
+
+def drawn_chart(page, key: str):
+    """The chart of `key` once drawn (it has buckets); if it never is, fail saying what the chart and
+    the page showed instead (a timeout alone does not tell a busy server from a broken page)."""
+    drawn = page.locator(f"figure.chart[data-key='{key}'][data-buckets]")
+    try:
+        drawn.wait_for()
+    except PlaywrightTimeoutError:
+        shown = page.locator(f"figure.chart[data-key='{key}']").all_inner_texts()
+        body = page.locator("main").first.inner_text()[:600] if page.locator("main").count() else ""
+        raise AssertionError(f"chart {key!r} not drawn; the chart says {shown}, the page {body!r}, "
+                             f"errors {page_problems(page)}") from None
+    return drawn
 
 
 def pump_until(page, predicate, timeout_s: float = 20.0, what: str = "condition"):

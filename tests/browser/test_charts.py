@@ -124,3 +124,26 @@ def test_the_chart_of_a_firing_alert_comes_first_and_pins_still_lead(page, serve
     httpx.post(f"{server.url}/api/v1/alerts/{alert['id']}/resolve", json={"note": "looked at it"}).raise_for_status()
     wait_for(lambda: chart_order(page)[-1] == firing, timeout_s=LOADED / 1000)  # back in the align group, at its end
     assert page.locator("details.chart-group[data-group=alerting]").count() == 0
+
+
+def test_a_series_the_server_was_too_busy_for_is_fetched_again_by_itself(page, server, runs):
+    """A 503 (database busy) or a dropped connection on a chart's first fetch used to leave "Could not
+    load this series" on the page for good: nothing fetched it again. Now the chart says so and retries."""
+    refused = []
+
+    def busy_twice(route):
+        if "key=loss" in route.request.url and len(refused) < 2:
+            refused.append(route.request.url)
+            route.fulfill(status=503, content_type="application/json",
+                          body='{"error": {"code": "database_busy", "message": "The database is busy."}}')
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/runs/*/series*", busy_twice)
+    page.goto(f"{server.url}/#/runs/{runs['few']}")
+    fig = page.locator("figure.chart[data-key='loss']")
+    fig.locator(".chart-error[data-failures='1']", has_text="Trying again").wait_for()
+    fig.and_(page.locator("figure.chart[data-buckets]")).wait_for()
+    assert len(refused) == 2
+    assert fig.locator(".chart-error").count() == 0
+    assert fig.get_attribute("data-total") == "4"

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ROOT, new_page, page_problems
+from tests.browser.conftest import ROOT, drawn_chart, new_page, page_problems
 from tests.support.live import wait_for
 from tests.browser.seed import Seeder, processor_fingerprints, seed_big_run, seed_clean_run, seed_mismatch_run
 
@@ -181,8 +181,7 @@ def test_charts_render_200k_points_downsampled_zoom_and_live(page, server, scree
     s.post(f"/runs/{run['id']}/rules", {"key": "loss", "aggregate": "last", "window": 1, "comparison": ">",
                                        "threshold": 1.25, "consecutive": 1, "severity": "warning", "action": "alert"})
     page.goto(f"{server.url}/#/runs/{run['id']}")
-    chart = page.locator("figure.chart[data-key=loss][data-buckets]")
-    chart.wait_for()
+    chart = drawn_chart(page, "loss")
     info = chart.evaluate("""f => { const gd = f.querySelector('.js-plotly-plot');
         const last = gd.data.find(t => t.name === 'last');
         return {n: last.x.length, width: gd.querySelector('.main-svg').clientWidth, buckets: +f.dataset.buckets,

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.api.test_fingerprints import fake_fp
-from tests.browser.conftest import page_problems
+from tests.browser.conftest import drawn_chart, page_problems
 from tests.browser.seed import Seeder
 
 pytestmark = pytest.mark.browser
@@ -56,8 +56,7 @@ def test_a_resumed_and_finished_run_shows_its_tainted_steps_in_the_list_and_on_i
     expect(page.locator("[data-banner=mismatch]")).to_have_count(0)  # nothing is wrong now
     page.screenshot(path=str(screenshots / "run-tainted.png"))
     page.locator("figure.chart[data-key=loss]").scroll_into_view_if_needed()  # charts draw when scrolled into view
-    chart = page.locator("figure.chart[data-key=loss][data-buckets]")
-    chart.wait_for()
+    chart = drawn_chart(page, "loss")
     shaded = chart.evaluate("""f => (f.querySelector('.js-plotly-plot').layout.shapes || [])
         .filter(s => s.type === 'rect').map(s => [s.x0, s.x1])""")
     assert shaded == [[211.5, 251.5]]
