@@ -144,6 +144,17 @@ class Database:
         """
         return self._group_writer().submit(job).result()
 
+    def merge_at_commit(self, cur, flush: Callable[[Any, list], None], rows: list) -> None:
+        """Write `rows` with `flush(cur, rows)`: rows that many batches of one group write to the same
+        few rows (a series' roll-up buckets, its stats). Inside a group-commit job they are staged,
+        and `flush` runs once for the whole group just before its commit, with every successful
+        job's rows in job order (a failed job stages nothing): PostgreSQL writes a new row version
+        per UPDATE, and 64 jobs merging into one bucket made 64 versions of it a transaction (the
+        load bench: 10k points/s on PostgreSQL against 60k on SQLite). Anywhere else, at once."""
+        group = self._group
+        if group is None or not group.stage(flush, rows):
+            flush(cur, rows)
+
     async def run_raw_async(self, job: Callable[[Any], Any]) -> Any:
         """`run_raw` for the event loop: awaits the commit without holding a thread (the ingest
         route: a thread parked per in-flight batch cost more than the write)."""
@@ -180,6 +191,7 @@ class _GroupWriter:
         self.sqlite = db.dialect == "sqlite"
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._loop, name="paritywatch-group-commit", daemon=True)
+        self._staged: dict[Callable, list] | None = None  # merge_at_commit's rows of the running job
         # SQLite: WAL checkpoints (which fsync the database file) run beside the writer, not
         # inside its commits: its connection has auto-checkpoint off, this thread checkpoints
         # (PASSIVE: never blocks the writer or readers) whenever there were commits. Other
@@ -209,6 +221,13 @@ class _GroupWriter:
                     conn = None
         if conn is not None:
             conn.close()
+
+    def stage(self, flush: Callable[[Any, list], None], rows: list) -> bool:
+        """Stage rows for the group's commit; False when not called from a job of this writer."""
+        if self._staged is None or threading.current_thread() is not self.thread:
+            return False
+        self._staged.setdefault(flush, []).extend(rows)
+        return True
 
     def submit(self, job: Callable[[Any], Any]) -> Future:
         fut: Future = Future()
@@ -284,14 +303,22 @@ class _GroupWriter:
                     cur.execute("BEGIN IMMEDIATE")
                 # (psycopg opens the transaction itself with the first statement)
                 try:
+                    merges: dict[Callable, list] = {}
                     for job, fut in batch:
                         cur.execute("SAVEPOINT pw_job")
+                        self._staged = {}
                         try:
                             outcomes.append((fut, True, job(cur)))
+                            for flush, rows in self._staged.items():
+                                merges.setdefault(flush, []).extend(rows)
                         except Exception as exc:  # this job only: undo its statements
                             cur.execute("ROLLBACK TO SAVEPOINT pw_job")
                             outcomes.append((fut, False, exc))
+                        finally:
+                            self._staged = None
                         cur.execute("RELEASE SAVEPOINT pw_job")
+                    for flush, rows in merges.items():  # a failure here fails the whole group
+                        flush(cur, rows)
                     conn.commit()
                 except BaseException:
                     conn.rollback()

@@ -186,6 +186,38 @@ def _fold_rollups(rows: list[KeyRows], level: int, st: np.ndarray, vals: np.ndar
         kr.rollups.extend(zip([level] * len(bl), bl, mn, mx, ls, lv, cnt))
 
 
+def combine_rollups(rows: list[tuple]) -> list[tuple]:
+    """Roll-up rows (series_id, level, bucket, min, max, last_step, last_value, count) merged per
+    (series, level, bucket) as the store merges them into a stored row (a later row's last value
+    wins a tie of steps), sorted: what one statement can write (PostgreSQL refuses to update a row
+    twice in one INSERT .. ON CONFLICT) in one lock order."""
+    out: dict[tuple, list] = {}
+    for sid, level, bucket, mn, mx, last_step, last_value, count in rows:
+        row = out.get((sid, level, bucket))
+        if row is None:
+            out[(sid, level, bucket)] = [mn, mx, last_step, last_value, count]
+            continue
+        row[0], row[1], row[4] = min(row[0], mn), max(row[1], mx), row[4] + count
+        if last_step >= row[2]:
+            row[2], row[3] = last_step, last_value
+    return [(*key, *row) for key, row in sorted(out.items())]
+
+
+def combine_key_stats(rows: list[tuple]) -> list[tuple]:
+    """Per-series stats (series_id, count, first_step, last_step, last_value) merged per series
+    (a later row's last value wins a tie of steps), sorted by series id (one lock order)."""
+    out: dict[int, list] = {}
+    for sid, count, first_step, last_step, last_value in rows:
+        row = out.get(sid)
+        if row is None:
+            out[sid] = [count, first_step, last_step, last_value]
+            continue
+        row[0], row[1] = row[0] + count, min(row[1], first_step)
+        if last_step >= row[2]:
+            row[2], row[3] = last_step, last_value
+    return [(sid, *row) for sid, row in sorted(out.items())]
+
+
 def level1_rollups(st: np.ndarray, vals: np.ndarray) -> list[tuple]:
     """Level-1 roll-up rows (level, bucket, min, max, last_step, last_value, count) of one
     series' points, sorted by step."""

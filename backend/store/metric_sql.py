@@ -8,7 +8,7 @@ import sqlite3
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.store.metric_packing import CHUNK_SHIFT
+from paritywatch.backend.store.metric_packing import CHUNK_SHIFT, combine_key_stats, combine_rollups
 
 
 # Rows one SQLite INSERT takes, within the parameters a statement may have (32,766 since 3.32).
@@ -87,12 +87,20 @@ class MetricSql:
             cur.executemany(self.chunks, rows)
 
     def merge_rollups(self, cur, rows: list[tuple]) -> None:
-        """Merge roll-up rows into the stored ones. PostgreSQL: one statement over arrays, sorted
-        (lock order)."""
+        """Merge roll-up rows (series_id, level, bucket, min, max, last_step, last_value, count) into
+        the stored ones, combined first (one row per bucket). PostgreSQL: one statement over
+        arrays, sorted (lock order)."""
+        rows = combine_rollups(rows)
         if not self.pg:
             self._insert_multi_row(cur, self._rollups_head, " " + self._rollups_merge, rows)
         elif rows:
-            cur.execute(self.rollups, [list(c) for c in zip(*sorted(rows))])
+            cur.execute(self.rollups, [list(c) for c in zip(*rows)])
+
+    def merge_key_stats(self, cur, rows: list[tuple]) -> None:
+        """Add per-series stats (series_id, count, first_step, last_step, last_value) to the
+        stored ones, combined first (one UPDATE per series, in series order)."""
+        cur.executemany(self.stats, [(n, first, first, last_step, last_value, last_step, last_step, sid)
+                                     for sid, n, first, last_step, last_value in combine_key_stats(rows)])
 
     @staticmethod
     def _insert_multi_row(cur, head: str, tail: str, rows: list[tuple]) -> None:

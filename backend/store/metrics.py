@@ -158,11 +158,11 @@ class MetricStore:
             sid, kr = ids[k], batch.points[k]
             chunks.extend((sid, c[0], batch_id, *c[1:]) for c in kr.chunks)
             rollups.extend((sid, *r) for r in kr.rollups)
-            n, first, last_step, last_value = kr.stats
-            stats.append((n, first, first, last_step, last_value, last_step, last_step, sid))
+            stats.append((sid, *kr.stats))
         self.sql.insert_chunks(cur, chunks)
-        self.write_rollups(cur, rollups)
-        cur.executemany(self.sql.stats, stats)
+        # Every batch of a run updates the same roll-up buckets and key stats: merged per group.
+        self.db.merge_at_commit(cur, self.sql.merge_rollups, rollups)
+        self.db.merge_at_commit(cur, self.sql.merge_key_stats, stats)
         cur.execute(self.sql.run, (batch.last_step, run_id, batch.last_step))
         job_id = None
         if detect_keys:

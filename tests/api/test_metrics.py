@@ -313,3 +313,56 @@ def test_check_batch_counts_each_key_as_a_point():
     with pytest.raises(TooLarge, match="11 keys"):
         check_batch([], {f"k{i}": [] for i in range(11)}, 10, 200)
     check_batch([], {f"k{i}": [] for i in range(10)}, 10, 200)
+
+
+def test_batches_merged_in_one_group_commit_store_what_they_store_one_by_one(client, app):
+    """Every batch of a run updates the same roll-up buckets and key stats; the group-commit writer
+    merges those rows over its whole group, once before the commit (Database.merge_at_commit). A
+    run fed 12 overlapping batches in one group stores what a run fed them one at a time does, and a
+    batch of the group that fails (an unknown component) adds nothing to the merge."""
+    import asyncio
+    import threading
+
+    from paritywatch.backend.store.metrics import prepare_batch
+
+    rng = random.Random(7)
+    batches = []
+    for b in range(12):  # interleaved steps, like workers logging the same training steps
+        steps = sorted(rng.sample(range(0, 5000), 200))
+        batches.append((steps, {"loss": [rng.uniform(-1, 1) for _ in steps], f"w{b % 3}/kl": [float(b)] * len(steps)}))
+    store, db = app.state.metrics, app.state.db
+    one_by_one, grouped = new_run(client, "one-by-one"), new_run(client, "grouped")
+    for seq, (steps, series) in enumerate(batches):
+        assert post(client, one_by_one["id"], seq, steps, series).status_code == 200
+
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_cur):
+        entered.set()
+        assert release.wait(30)
+
+    async def one_group() -> list:
+        held = asyncio.ensure_future(db.run_raw_async(hold))  # the batches queue behind it: one group
+        assert await asyncio.to_thread(entered.wait, 30)
+        jobs = [asyncio.ensure_future(store.ingest_batch_async(grouped["id"], "c1", seq, prepare_batch(steps, series, 10_000, 200)))
+                for seq, (steps, series) in enumerate(batches)]
+        jobs.insert(5, asyncio.ensure_future(store.ingest_batch_async(
+            grouped["id"], "c2", 0, prepare_batch([1, 2], {"loss": [99.0, 99.0]}, 10_000, 200), component_id=999_999)))
+        await asyncio.sleep(0)
+        assert db.writer_backlog() == len(jobs)
+        release.set()
+        await held
+        return await asyncio.gather(*jobs, return_exceptions=True)
+
+    results = asyncio.run(one_group())
+    assert [type(r).__name__ for r in results].count("NotFound") == 1
+    assert all(r.stored for r in results if not isinstance(r, Exception))
+
+    def stored(run_id: int) -> tuple:
+        keys = {k["key"]: (k["count"], k["first_step"], k["last_step"], k["last_value"])
+                for k in client.get(f"/api/v1/runs/{run_id}/metrics").json()["keys"]}
+        series = {key: client.get(f"/api/v1/runs/{run_id}/series", params={"key": key, "points": points}).json()["buckets"]
+                  for key in keys for points in (20, 300)}  # coarse buckets read roll-ups
+        return keys, series
+
+    assert stored(grouped["id"]) == stored(one_by_one["id"])
