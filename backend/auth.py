@@ -161,6 +161,7 @@ class OpenMode:
         self.db, self.enabled, self.ttl_s = db, enabled, ttl_s
         self._checked_at = -1e9
         self._open = False
+        self._refresh = threading.Lock()  # one query re-checks; requests that found it stale wait for it
 
     def cached(self) -> bool | None:
         """The answer without a query, or None when it must be re-checked."""
@@ -171,10 +172,11 @@ class OpenMode:
         return self._open
 
     def is_open(self) -> bool:
-        known = self.cached()
-        if known is not None:
-            return known
-        with self.db.read() as s:
-            self._open = not token_store.has_any_tokens(s)
-        self._checked_at = time.monotonic()
-        return self._open
+        with self._refresh:
+            known = self.cached()
+            if known is not None:
+                return known
+            with self.db.read() as s:
+                self._open = not token_store.has_any_tokens(s)
+            self._checked_at = time.monotonic()
+            return self._open

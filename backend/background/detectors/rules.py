@@ -5,6 +5,7 @@ rules' reasons: packs.py). Also the brief cache of which keys a run's rules watc
 whether a batch writes a job at all."""
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -34,18 +35,22 @@ class RuleDetector(Detector):
     def __init__(self, db: Database, settings: Settings, effects: Effects):
         super().__init__(db, settings, effects)
         self._rule_keys_cache: dict[int, tuple[float, WatchedKeys]] = {}
+        # One query refreshes an expired entry: the batches that found it expired meanwhile (a
+        # 256-worker run posts hundreds a second) wait for it instead of each running its own.
+        self._refresh = threading.Lock()
 
     # ------------------------------------------------------------ which keys the rules watch
     def watched(self, run_id: int) -> WatchedKeys:
         """Keys the enabled rules of this run watch; cached briefly (rules change rarely)."""
-        now = time.monotonic()
-        hit = self._rule_keys_cache.get(run_id)
-        if hit and now - hit[0] < RULE_CACHE_TTL_S:
-            return hit[1]
-        with self.db.read() as s:
-            watched = WatchedKeys(*rule_store.watched_keys(s, run_id))
-        self._rule_keys_cache[run_id] = (now, watched)
-        return watched
+        with self._refresh:
+            hit = self.cached(run_id)
+            if hit is not None:
+                return hit
+            now = time.monotonic()
+            with self.db.read() as s:
+                watched = WatchedKeys(*rule_store.watched_keys(s, run_id))
+            self._rule_keys_cache[run_id] = (now, watched)
+            return watched
 
     def cached(self, run_id: int) -> WatchedKeys | None:
         """`watched` when it is cached (no query), else None."""
