@@ -102,17 +102,22 @@ def page_problems(page) -> dict:
 
 
 def drawn_chart(page, key: str):
-    """The chart of `key` once drawn (it has buckets); if it never is, fail saying what the chart and
-    the page showed instead (a timeout alone does not tell a busy server from a broken page)."""
-    drawn = page.locator(f"figure.chart[data-key='{key}'][data-buckets]")
+    """The chart of `key` once drawn (it has buckets), scrolled into view as a reader would: a chart
+    is fetched only near the viewport, and alerts that render above the charts push them down (the
+    200k-point test waited for a chart it never scrolled to). If it is never drawn, fail saying what
+    the chart and the page showed instead."""
     try:
-        drawn.wait_for()
+        page.wait_for_function("""key => {
+            const f = document.querySelector(`figure.chart[data-key="${key}"]`);
+            if (f && f.dataset.buckets) return true;
+            if (f) f.scrollIntoView({block: 'center'});
+            return false; }""", arg=key, polling=100)
     except PlaywrightTimeoutError:
         shown = page.locator(f"figure.chart[data-key='{key}']").all_inner_texts()
         body = page.locator("main").first.inner_text()[:600] if page.locator("main").count() else ""
         raise AssertionError(f"chart {key!r} not drawn; the chart says {shown}, the page {body!r}, "
                              f"errors {page_problems(page)}") from None
-    return drawn
+    return page.locator(f"figure.chart[data-key='{key}'][data-buckets]")
 
 
 def pump_until(page, predicate, timeout_s: float = 20.0, what: str = "condition"):

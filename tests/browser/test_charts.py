@@ -8,6 +8,7 @@ import uuid
 import httpx
 import pytest
 
+from tests.browser.conftest import drawn_chart
 from tests.browser.seed import Seeder
 from tests.support.live import wait_for
 
@@ -39,6 +40,7 @@ def open_run(page, server, run_id: int) -> None:
 
 
 def chart(page, key: str):
+    drawn_chart(page, key)
     loc = page.locator(f"figure.chart[data-key='{key}']")
     loc.locator(".xtick").first.wait_for()
     return loc

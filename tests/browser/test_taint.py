@@ -55,7 +55,6 @@ def test_a_resumed_and_finished_run_shows_its_tainted_steps_in_the_list_and_on_i
     expect(banner.locator(".taint-range")).to_have_text([SUMMARY])
     expect(page.locator("[data-banner=mismatch]")).to_have_count(0)  # nothing is wrong now
     page.screenshot(path=str(screenshots / "run-tainted.png"))
-    page.locator("figure.chart[data-key=loss]").scroll_into_view_if_needed()  # charts draw when scrolled into view
     chart = drawn_chart(page, "loss")
     shaded = chart.evaluate("""f => (f.querySelector('.js-plotly-plot').layout.shapes || [])
         .filter(s => s.type === 'rect').map(s => [s.x0, s.x1])""")
