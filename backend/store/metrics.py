@@ -152,7 +152,7 @@ class MetricStore:
         missing = [k for k in batch.points if k not in known]  # at most KEYS_PER_TRANSACTION, or a race
         created = self._write_keys(cur, run_id, missing) if missing else {}
         ids = {**known, **created}
-        order = sorted(batch.points, key=ids.__getitem__)  # lock order on PostgreSQL
+        order = sorted(batch.points, key=ids.__getitem__)  # rows in series order (the merged rows are sorted again)
         chunks, rollups, stats = [], [], []
         for k in order:
             sid, kr = ids[k], batch.points[k]
