@@ -38,12 +38,66 @@ def rollup_width(level: int) -> int:
     return ROLLUP_BASE**level
 
 
+@dataclass(frozen=True)
+class Rollups:
+    """Roll-up rows (series, level, bucket, min, max, last_step, last_value, count) column-wise, one
+    array a column: a batch makes hundreds of them a key where its points are sparse (each its own
+    bucket), and the group-commit writer merges every batch's (combine_rollups) before it writes
+    them; as Python tuples the two cost most of the server's CPU under load (docs/design.md,
+    section 9). `series` holds a key's index in the batch until the write gives it its series id."""
+
+    series: np.ndarray
+    level: np.ndarray
+    bucket: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    last_step: np.ndarray
+    last_value: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Rollups":
+        return cls(*(np.empty(0, dtype=d) for d in ROLLUP_DTYPES))
+
+    @classmethod
+    def concat(cls, parts: list["Rollups"]) -> "Rollups":
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate(cols) for cols in zip(*(p.columns() for p in parts))))
+
+    def __len__(self) -> int:
+        return len(self.series)
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        return (self.series, self.level, self.bucket, self.min, self.max, self.last_step, self.last_value,
+                self.count)
+
+    def with_series(self, series: np.ndarray) -> "Rollups":
+        return Rollups(series, *self.columns()[1:])
+
+    def take(self, index: np.ndarray) -> "Rollups":
+        return Rollups(*(c[index] for c in self.columns()))
+
+    def lists(self) -> list[list]:
+        """The columns as lists of Python numbers (what a driver binds)."""
+        return [c.tolist() for c in self.columns()]
+
+    def rows(self) -> list[tuple]:
+        """As tuples of Python numbers, in column order."""
+        return list(zip(*self.lists()))
+
+
+ROLLUP_DTYPES = (np.int64, np.int64, np.int64, VALUE_DTYPE, VALUE_DTYPE, np.int64, VALUE_DTYPE, np.int64)
+
+
 @dataclass
 class KeyRows:
-    """One series of a prepared batch, everything but its series id computed."""
+    """One series of a prepared batch, everything but its series id computed (its roll-ups are
+    the batch's, PreparedBatch.rollups)."""
 
     chunks: list[tuple] = field(default_factory=list)  # (step_min, step_max, count, steps, vals, in_level1)
-    rollups: list[tuple] = field(default_factory=list)  # (level, bucket, min, max, last_step, last_value, count)
     stats: tuple = ()  # (count, first_step, last_step, last_value)
     extremes: tuple = ()  # (min, max) of the batch's values: what a rule judges (backend/store/jobs.py)
 
@@ -57,6 +111,9 @@ class PreparedBatch:
     skipped: int
     last_step: int | None = None
     content: bytes = b""  # digest of the steps and series as sent (sorted), see content_digest
+    # Every key's roll-up rows; their `series` column indexes `rollup_keys`.
+    rollups: Rollups = field(default_factory=Rollups.empty)
+    rollup_keys: list[str] = field(default_factory=list)
 
     def ledger_digest(self, component_id: int | None) -> str:
         """What the idempotency ledger keeps of the batch: its content and the process it names."""
@@ -66,6 +123,20 @@ class PreparedBatch:
         """What the batch brought for each of `keys` that it has: the input of a rule evaluation."""
         return {k: BatchSpan(kr.stats[1], kr.stats[2], *kr.extremes) for k in keys
                 if (kr := self.points.get(k)) is not None}
+
+    def rollups_of(self, ids: dict[str, int]) -> Rollups:
+        """The roll-up rows with each key's series id from `ids` (key -> series id)."""
+        if not len(self.rollups):
+            return self.rollups
+        sids = np.array([ids[k] for k in self.rollup_keys], dtype=np.int64)
+        return self.rollups.with_series(sids[self.rollups.series])
+
+    def key_rollup_rows(self, key: str) -> list[tuple]:
+        """(level, bucket, min, max, last_step, last_value, count) rows of one key."""
+        if key not in self.rollup_keys:
+            return []
+        mine = self.rollups.take(np.flatnonzero(self.rollups.series == self.rollup_keys.index(key)))
+        return [row[1:] for row in mine.rows()]
 
 
 def prepare_batch(steps: list[int], series: dict[str, list], max_points: int, max_key: int) -> PreparedBatch:
@@ -90,21 +161,22 @@ def prepare_batch(steps: list[int], series: dict[str, list], max_points: int, ma
     content = content_digest(st, keys, vals)
     finite = np.isfinite(vals)
     out: dict[str, KeyRows] = {}
+    rollups: list[Rollups] = []
     if bool(finite.all()):
-        _fold(keys, st, vals, out)
+        rollups.append(_fold(keys, st, vals, out))
         skipped = 0
     else:
         counts = finite.sum(axis=1)
         skipped = total - int(counts.sum())
         dense = [i for i in range(len(keys)) if counts[i] == n_steps]
         if dense:
-            _fold([keys[i] for i in dense], st, vals[dense], out)
+            rollups.append(_fold([keys[i] for i in dense], st, vals[dense], out))
         for i in range(len(keys)):
             if 0 < counts[i] < n_steps:
                 m = finite[i]
-                _fold([keys[i]], st[m], vals[i][m][None, :], out)
+                rollups.append(_fold([keys[i]], st[m], vals[i][m][None, :], out, first_index=len(out)))
     last = max((kr.stats[2] for kr in out.values()), default=None)
-    return PreparedBatch(out, total - skipped, skipped, last, content)
+    return PreparedBatch(out, total - skipped, skipped, last, content, Rollups.concat(rollups), list(out))
 
 
 def content_digest(steps: np.ndarray, keys: list[str], vals: np.ndarray) -> bytes:
@@ -126,8 +198,10 @@ def group_starts(b: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.flatnonzero(b[1:] != b[:-1]) + 1))
 
 
-def _fold(keys: list[str], st: np.ndarray, vals: np.ndarray, out: dict[str, KeyRows]) -> None:
-    """Rows of `keys` (vals: one row per key, all finite, aligned with sorted steps `st`)."""
+def _fold(keys: list[str], st: np.ndarray, vals: np.ndarray, out: dict[str, KeyRows],
+          first_index: int = 0) -> Rollups:
+    """Rows of `keys` (vals: one row per key, all finite, aligned with sorted steps `st`) into
+    `out`; returns their roll-ups, `series` counting keys from `first_index` (their index in `out`)."""
     n = len(st)
     step_list = st.tolist()
     last_rows = vals[:, -1].tolist()
@@ -146,61 +220,52 @@ def _fold(keys: list[str], st: np.ndarray, vals: np.ndarray, out: dict[str, KeyR
             kr.chunks.append((smin, smax, b - a, sb, row.tobytes(), in_level1))
         if in_level1:
             sparse[a:b] = True
-    # roll-ups, folded straight from the points; level 1 from the sparse chunks' points only
-    if bool(sparse.all()):
-        _fold_all_points(rows, 1, st, vals)
-    elif bool(sparse.any()):
-        _fold_rollups(rows, 1, st[sparse], vals[:, sparse])
-    for level in ROLLUP_LEVELS[1:]:
-        _fold_all_points(rows, level, st, vals)
     for k, kr in zip(keys, rows):
         out[k] = kr
+    # roll-ups, folded straight from the points; level 1 from the sparse chunks' points only
+    series = np.arange(first_index, first_index + len(keys), dtype=np.int64)
+    levels = [fold_rollups(series, 1, st[sparse], vals[:, sparse])] if bool(sparse.any()) else []
+    levels += [fold_rollups(series, level, st, vals) for level in ROLLUP_LEVELS[1:]]
+    return Rollups.concat(levels)
 
 
-def _fold_all_points(rows: list[KeyRows], level: int, st: np.ndarray, vals: np.ndarray) -> None:
-    """`_fold_rollups` of all of the batch's points (rows' stats and extremes are theirs). A batch
-    inside one bucket of the level (most batches, at every level but the 16-step one) has one row
-    per key there, its own min, max and last point: no arithmetic left to do."""
-    shift = ROLLUP_SHIFT * level
-    first, last = int(st[0]), int(st[-1])
-    if first >> shift != last >> shift:
-        _fold_rollups(rows, level, st, vals)
-        return
-    bucket, n = first >> shift, len(st)
-    for kr in rows:
-        kr.rollups.append((level, bucket, kr.extremes[0], kr.extremes[1], kr.stats[2], kr.stats[3], n))
-
-
-def _fold_rollups(rows: list[KeyRows], level: int, st: np.ndarray, vals: np.ndarray) -> None:
+def fold_rollups(series: np.ndarray, level: int, st: np.ndarray, vals: np.ndarray) -> Rollups:
+    """Level-`level` roll-ups of points `vals` (one row per series, finite, aligned with sorted
+    steps `st`): per series, one row per bucket in bucket order."""
     n = len(st)
     buckets = st >> (ROLLUP_SHIFT * level)
     starts = group_starts(buckets)
     ends = np.append(starts[1:], n) - 1
-    bl = buckets[starts].tolist()
-    cnt = np.diff(np.append(starts, n)).tolist()
-    ls = st[ends].tolist()
-    mins = np.minimum.reduceat(vals, starts, axis=1).tolist()
-    maxs = np.maximum.reduceat(vals, starts, axis=1).tolist()
-    lasts = vals[:, ends].tolist()
-    for kr, mn, mx, lv in zip(rows, mins, maxs, lasts):
-        kr.rollups.extend(zip([level] * len(bl), bl, mn, mx, ls, lv, cnt))
+    per_series = len(starts)
+
+    def tiled(column: np.ndarray) -> np.ndarray:  # the same for every series
+        return np.tile(column, len(series))
+
+    return Rollups(
+        np.repeat(series, per_series), np.full(len(series) * per_series, level, dtype=np.int64),
+        tiled(buckets[starts]), np.minimum.reduceat(vals, starts, axis=1).ravel(),
+        np.maximum.reduceat(vals, starts, axis=1).ravel(), tiled(st[ends]), vals[:, ends].ravel(),
+        tiled(np.diff(np.append(starts, n))),
+    )
 
 
-def combine_rollups(rows: list[tuple]) -> list[tuple]:
-    """Roll-up rows (series_id, level, bucket, min, max, last_step, last_value, count) merged per
-    (series, level, bucket) as the store merges them into a stored row (a later row's last value
-    wins a tie of steps), sorted: what one statement can write (PostgreSQL refuses to update a row
-    twice in one INSERT .. ON CONFLICT) in one lock order."""
-    out: dict[tuple, list] = {}
-    for sid, level, bucket, mn, mx, last_step, last_value, count in rows:
-        row = out.get((sid, level, bucket))
-        if row is None:
-            out[(sid, level, bucket)] = [mn, mx, last_step, last_value, count]
-            continue
-        row[0], row[1], row[4] = min(row[0], mn), max(row[1], mx), row[4] + count
-        if last_step >= row[2]:
-            row[2], row[3] = last_step, last_value
-    return [(*key, *row) for key, row in sorted(out.items())]
+def combine_rollups(parts: list[Rollups]) -> Rollups:
+    """Roll-up rows merged per (series, level, bucket) as the store merges them into a stored row
+    (of equal last steps, the row that came later wins), sorted: what one statement can write
+    (PostgreSQL refuses to update a row twice in one INSERT .. ON CONFLICT) in one lock order."""
+    r = Rollups.concat(parts)
+    n = len(r)
+    if n < 2:
+        return r
+    # sorted by series, level, bucket; within a bucket by last step, then arrival: a bucket's
+    # last row holds its last point
+    r = r.take(np.lexsort((np.arange(n), r.last_step, r.bucket, r.level, r.series)))
+    edge = (r.series[1:] != r.series[:-1]) | (r.level[1:] != r.level[:-1]) | (r.bucket[1:] != r.bucket[:-1])
+    starts = np.concatenate(([0], np.flatnonzero(edge) + 1))
+    ends = np.append(starts[1:], n) - 1
+    return Rollups(r.series[starts], r.level[starts], r.bucket[starts], np.minimum.reduceat(r.min, starts),
+                   np.maximum.reduceat(r.max, starts), r.last_step[ends], r.last_value[ends],
+                   np.add.reduceat(r.count, starts))
 
 
 def combine_key_stats(rows: list[tuple]) -> list[tuple]:
@@ -218,14 +283,11 @@ def combine_key_stats(rows: list[tuple]) -> list[tuple]:
     return [(sid, *row) for sid, row in sorted(out.items())]
 
 
-def level1_rollups(st: np.ndarray, vals: np.ndarray) -> list[tuple]:
-    """Level-1 roll-up rows (level, bucket, min, max, last_step, last_value, count) of one
-    series' points, sorted by step."""
+def level1_rollups(series_id: int, st: np.ndarray, vals: np.ndarray) -> Rollups:
+    """Level-1 roll-ups of one series' points, sorted by step."""
     if not len(st):
-        return []
-    rows = [KeyRows()]
-    _fold_rollups(rows, 1, st, vals[None, :])
-    return rows[0].rollups
+        return Rollups.empty()
+    return fold_rollups(np.array([series_id], dtype=np.int64), 1, st, vals[None, :])
 
 
 def decode_chunks(rows) -> tuple[np.ndarray, np.ndarray]:

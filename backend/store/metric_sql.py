@@ -5,10 +5,13 @@ from __future__ import annotations
 import functools
 import sqlite3
 
+import numpy as np
+
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.store.metric_packing import CHUNK_SHIFT, combine_key_stats, combine_rollups
+from paritywatch.backend.store.metric_packing import CHUNK_SHIFT, Rollups, combine_key_stats, combine_rollups
+from paritywatch.backend.store.pg_arrays import ByteaArray, bind_column
 
 
 # Rows one SQLite INSERT takes, within the parameters a statement may have (32,766 since 3.32).
@@ -22,6 +25,15 @@ SQLITE_MAX_PARAMETERS = 32_766 if sqlite3.sqlite_version_info >= (3, 32, 0) else
 def _multi_row_sql(head: str, tail: str, width: int, rows: int) -> str:
     row = "(" + ", ".join("?" * width) + ")"
     return head + "VALUES " + ", ".join([row] * rows) + tail
+
+
+def _insert_flat(cur, head: str, tail: str, width: int, flat: list) -> None:
+    """SQLite: rows of `width` values, laid end to end in `flat`, as multi-row INSERTs."""
+    per_statement = min(ROWS_PER_STATEMENT, SQLITE_MAX_PARAMETERS // width)
+    rows = len(flat) // width
+    for i in range(0, rows, per_statement):
+        part = min(per_statement, rows - i)
+        cur.execute(_multi_row_sql(head, tail, width, part), flat[i * width : (i + part) * width])
 
 
 @functools.lru_cache(maxsize=8)
@@ -45,7 +57,11 @@ class MetricSql:
         )
         self.claimed = f"SELECT digest FROM ingest_batches WHERE run_id = {p} AND client_id = {p} AND seq = {p}"
         chunks = "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1) "
-        self.chunks = chunks + f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+        # PostgreSQL: a batch's chunks in one statement over arrays (one execution a row cost the
+        # server a parse, plan and execution each: 40 a batch of the load bench).
+        self.chunks = chunks + (
+            "SELECT * FROM unnest(%s::int[], %s::bigint[], %s::bigint[], %s::bigint[], %s::int[], %s::bytea[], "
+            "%s::bytea[], %s::bool[])") if pg else None
         upd = (
             "ON CONFLICT (series_id, level, bucket) DO UPDATE SET "
             f"min = {lo}(metric_rollups.min, excluded.min), "
@@ -80,21 +96,23 @@ class MetricSql:
                     f"VALUES ({p}, 'metrics', {p}, CURRENT_TIMESTAMP) RETURNING id")
 
     def insert_chunks(self, cur, rows: list[tuple]) -> None:
-        """Insert chunk rows. PostgreSQL: one execution each (psycopg pipelines them)."""
+        """Insert chunk rows (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1)."""
         if not self.pg:
             self._insert_multi_row(cur, self._chunks_head, "", rows)
         elif rows:
-            cur.executemany(self.chunks, rows)
+            sid, step_min, batch_id, step_max, count, steps, vals, in_level1 = zip(*rows)
+            cur.execute(self.chunks, [*(bind_column(np.array(c, dtype=np.int64))
+                                        for c in (sid, step_min, batch_id, step_max, count)),
+                                      ByteaArray(steps), ByteaArray(vals), bind_column(np.array(in_level1, dtype=bool))])
 
-    def merge_rollups(self, cur, rows: list[tuple]) -> None:
-        """Merge roll-up rows (series_id, level, bucket, min, max, last_step, last_value, count) into
-        the stored ones, combined first (one row per bucket). PostgreSQL: one statement over
-        arrays, sorted (lock order)."""
-        rows = combine_rollups(rows)
+    def merge_rollups(self, cur, parts: list[Rollups]) -> None:
+        """Merge roll-up rows into the stored ones, combined first (one row per bucket).
+        PostgreSQL: one statement over arrays, sorted (lock order)."""
+        rollups = combine_rollups(parts)
         if not self.pg:
-            self._insert_multi_row(cur, self._rollups_head, " " + self._rollups_merge, rows)
-        elif rows:
-            cur.execute(self.rollups, [list(c) for c in zip(*rows)])
+            self._insert_multi_columns(cur, self._rollups_head, " " + self._rollups_merge, rollups.lists())
+        elif len(rollups):
+            cur.execute(self.rollups, [bind_column(c) for c in rollups.columns()])
 
     def merge_key_stats(self, cur, rows: list[tuple]) -> None:
         """Add per-series stats (series_id, count, first_step, last_step, last_value) to the
@@ -107,13 +125,18 @@ class MetricSql:
         """SQLite: `rows` as multi-row INSERTs of up to ROWS_PER_STATEMENT rows, not one execution
         each: each execution hands the GIL over and back around SQLite's work, and beside a busy
         event loop each hand-back waits (a batch's 80 rows cost 80 waits)."""
-        if not rows:
-            return
-        width = len(rows[0])
-        per_statement = min(ROWS_PER_STATEMENT, SQLITE_MAX_PARAMETERS // width)
-        for i in range(0, len(rows), per_statement):
-            part = rows[i : i + per_statement]
-            cur.execute(_multi_row_sql(head, tail, width, len(part)), [v for row in part for v in row])
+        if rows:
+            _insert_flat(cur, head, tail, len(rows[0]), [v for row in rows for v in row])
+
+    @staticmethod
+    def _insert_multi_columns(cur, head: str, tail: str, columns: list[list]) -> None:
+        """`_insert_multi_row` of rows given column-wise (no tuple made per row)."""
+        if columns and columns[0]:
+            width = len(columns)
+            flat: list = [None] * (len(columns[0]) * width)
+            for j, column in enumerate(columns):
+                flat[j::width] = column
+            _insert_flat(cur, head, tail, width, flat)
 
     def lookup_keys(self, cur, run_id: int, keys: list[str]) -> dict[str, int]:
         """{key: series id} of those of `keys` the run has. PostgreSQL: one statement over an

@@ -27,7 +27,7 @@ from paritywatch.backend.db import Database
 from paritywatch.backend.errors import Conflict, Invalid, NotFound
 from paritywatch.backend.models import IngestBatch, MetricChunk, MetricKey
 from paritywatch.backend.store.jobs import encode_keys
-from paritywatch.backend.store.metric_packing import PreparedBatch, bucket_raw, prepare_batch, rollup_width
+from paritywatch.backend.store.metric_packing import PreparedBatch, Rollups, bucket_raw, prepare_batch, rollup_width
 from paritywatch.backend.store.metric_reads import (BucketPlan, RawBudget, merge_buckets, metric_key, plan_buckets,
                                         plan_from_rollups, read_raw)
 from paritywatch.backend.store.metric_series import series_response, step_times_response
@@ -153,15 +153,14 @@ class MetricStore:
         created = self._write_keys(cur, run_id, missing) if missing else {}
         ids = {**known, **created}
         order = sorted(batch.points, key=ids.__getitem__)  # rows in series order (the merged rows are sorted again)
-        chunks, rollups, stats = [], [], []
+        chunks, stats = [], []
         for k in order:
             sid, kr = ids[k], batch.points[k]
             chunks.extend((sid, c[0], batch_id, *c[1:]) for c in kr.chunks)
-            rollups.extend((sid, *r) for r in kr.rollups)
             stats.append((sid, *kr.stats))
         self.sql.insert_chunks(cur, chunks)
         # Every batch of a run updates the same roll-up buckets and key stats: merged per group.
-        self.db.merge_at_commit(cur, self.sql.merge_rollups, rollups)
+        self.db.merge_at_commit(cur, self.sql.merge_rollups, [batch.rollups_of(ids)])
         self.db.merge_at_commit(cur, self.sql.merge_key_stats, stats)
         cur.execute(self.sql.run, (batch.last_step, run_id, batch.last_step))
         job_id = None
@@ -180,10 +179,9 @@ class MetricStore:
             raise Invalid(f"step {last_step} is more than {self.max_step_ahead} steps past the run's last step "
                           f"{current} (PARITYWATCH_MAX_STEP_AHEAD)")
 
-    def write_rollups(self, cur, rollups: list[tuple]) -> None:
-        """Merge roll-up rows (series_id, level, bucket, min, max, last_step, last_value, count)
-        into the stored ones, as ingest does."""
-        self.sql.merge_rollups(cur, rollups)
+    def write_rollups(self, cur, rollups: Rollups) -> None:
+        """Merge roll-up rows into the stored ones, as ingest does."""
+        self.sql.merge_rollups(cur, [rollups])
 
     async def check_new_keys_async(self, run_id: int, keys: list[str]) -> None:
         """Before a batch is packed: Invalid when its keys the run lacks are over a cap. Looked up

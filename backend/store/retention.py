@@ -190,7 +190,7 @@ class RowRemover:
             dense = [(r[3], r[4]) for r in sorted(rows, key=lambda r: r[2]) if not r[1]]
             if dense:
                 st, vs = decode_chunks(dense)
-                self.metrics.write_rollups(cur, [(series_id, *r) for r in level1_rollups(st, vs)])
+                self.metrics.write_rollups(cur, level1_rollups(series_id, st, vs))
             floor = max(r[0] for r in rows) + 1
             cur.execute(f"UPDATE metric_keys SET raw_floor = {p} WHERE id = {p} AND (raw_floor IS NULL OR raw_floor < {p})",
                         (floor, series_id, floor))

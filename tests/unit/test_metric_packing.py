@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paritywatch.backend.store.metric_packing import (CHUNK_SHIFT, DENSE_CHUNK, ROLLUP_LEVELS, prepare_batch,
-                                                      rollup_width)
+from paritywatch.backend.store.metric_packing import (CHUNK_SHIFT, DENSE_CHUNK, ROLLUP_DTYPES, ROLLUP_LEVELS,
+                                                      Rollups, combine_rollups, prepare_batch, rollup_width)
 
 
 def brute_force_rollups(steps: list[int], values: list[float | None]) -> set[tuple]:
@@ -59,5 +60,33 @@ def test_rollup_rows_are_the_fold_of_the_points(batch) -> None:
     prepared = prepare_batch(steps, series, max_points=10**6, max_key=200)
     for key, values in series.items():
         expected = brute_force_rollups(steps, values)
-        got = set(prepared.points[key].rollups) if key in prepared.points else set()
+        got = set(prepared.key_rollup_rows(key))
         assert got == expected, key
+
+
+def merged_by_hand(rows: list[tuple]) -> list[tuple]:
+    """Rows (series, level, bucket, min, max, last_step, last_value, count) merged one at a time
+    into a bucket, as the store's UPDATE merges a row into a stored one: of equal last steps the
+    row that came later wins."""
+    out: dict[tuple, list] = {}
+    for sid, level, bucket, mn, mx, last_step, last_value, count in rows:
+        row = out.setdefault((sid, level, bucket), [mn, mx, last_step, last_value, 0])
+        row[0], row[1], row[4] = min(row[0], mn), max(row[1], mx), row[4] + count
+        if last_step >= row[2]:
+            row[2], row[3] = last_step, last_value
+    return [(*key, *row) for key, row in sorted(out.items())]
+
+
+rollup_row = st.tuples(st.integers(1, 3), st.integers(1, 2), st.integers(0, 3), finite, finite,
+                       st.integers(0, 5), finite, st.integers(1, 50))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(rollup_row, max_size=12), max_size=5))
+def test_combined_rollups_are_the_rows_merged_one_by_one_in_order(parts) -> None:
+    """A group commit merges every batch's roll-ups before it writes: the result must be what
+    merging them into the stored rows one at a time, in order, would leave (ties on the last
+    step included: the later row's value stays)."""
+    blocks = [Rollups(*(np.array(c, dtype=d) for c, d in zip(zip(*rows), ROLLUP_DTYPES))) if rows
+              else Rollups.empty() for rows in parts]
+    assert combine_rollups(blocks).rows() == merged_by_hand([r for rows in parts for r in rows])
