@@ -111,9 +111,8 @@ class PreparedBatch:
     skipped: int
     last_step: int | None = None
     content: bytes = b""  # digest of the steps and series as sent (sorted), see content_digest
-    # Every key's roll-up rows; their `series` column indexes `rollup_keys`.
+    # Every key's roll-up rows; their `series` column is the key's index in `points`.
     rollups: Rollups = field(default_factory=Rollups.empty)
-    rollup_keys: list[str] = field(default_factory=list)
 
     def ledger_digest(self, component_id: int | None) -> str:
         """What the idempotency ledger keeps of the batch: its content and the process it names."""
@@ -128,14 +127,14 @@ class PreparedBatch:
         """The roll-up rows with each key's series id from `ids` (key -> series id)."""
         if not len(self.rollups):
             return self.rollups
-        sids = np.array([ids[k] for k in self.rollup_keys], dtype=np.int64)
+        sids = np.array([ids[k] for k in self.points], dtype=np.int64)
         return self.rollups.with_series(sids[self.rollups.series])
 
     def key_rollup_rows(self, key: str) -> list[tuple]:
         """(level, bucket, min, max, last_step, last_value, count) rows of one key."""
-        if key not in self.rollup_keys:
+        if key not in self.points:
             return []
-        mine = self.rollups.take(np.flatnonzero(self.rollups.series == self.rollup_keys.index(key)))
+        mine = self.rollups.take(np.flatnonzero(self.rollups.series == list(self.points).index(key)))
         return [row[1:] for row in mine.rows()]
 
 
@@ -176,7 +175,7 @@ def prepare_batch(steps: list[int], series: dict[str, list], max_points: int, ma
                 m = finite[i]
                 rollups.append(_fold([keys[i]], st[m], vals[i][m][None, :], out, first_index=len(out)))
     last = max((kr.stats[2] for kr in out.values()), default=None)
-    return PreparedBatch(out, total - skipped, skipped, last, content, Rollups.concat(rollups), list(out))
+    return PreparedBatch(out, total - skipped, skipped, last, content, Rollups.concat(rollups))
 
 
 def content_digest(steps: np.ndarray, keys: list[str], vals: np.ndarray) -> bytes:
