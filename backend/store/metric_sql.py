@@ -50,10 +50,25 @@ class MetricSql:
         self.least, self.greatest = ("LEAST", "GREATEST") if pg else ("min", "max")
         self.param = p = "%s" if pg else "?"
         lo, hi = self.least, self.greatest
-        self.claim = (
+        claim = ("INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, digest, received_at) "
+                 f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) "
+                 "ON CONFLICT (run_id, client_id, seq) DO NOTHING RETURNING id")
+        # The run (not being deleted) and, when the batch names one, its component: one lookup.
+        self.target = (
+            f"SELECT r.created_at, r.deleted_at, c.id AS component_id, r.last_step FROM runs r LEFT JOIN components c "
+            f"ON c.id = {p} "
+            f"AND c.run_id = r.id WHERE r.id = {p}"
+        )
+        # PostgreSQL: the lookup and the claim in one statement (one round trip of the one writer
+        # instead of two); the claim is made only where the target exists, so it never fails a
+        # foreign key. SQLite runs the two in turn.
+        self._claim = claim if not pg else (
+            "WITH target AS (" + self.target + "), claim AS ("
             "INSERT INTO ingest_batches (run_id, client_id, seq, points, component_id, digest, received_at) "
-            f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, CURRENT_TIMESTAMP) "
-            "ON CONFLICT (run_id, client_id, seq) DO NOTHING RETURNING id"
+            "SELECT %s, %s, %s, %s, %s, %s, CURRENT_TIMESTAMP FROM target "
+            "WHERE target.deleted_at IS NULL AND (target.component_id IS NOT NULL OR %s::bigint IS NULL) "
+            "ON CONFLICT (run_id, client_id, seq) DO NOTHING RETURNING id) "
+            "SELECT target.*, (SELECT id FROM claim) FROM target"
         )
         self.claimed = f"SELECT digest FROM ingest_batches WHERE run_id = {p} AND client_id = {p} AND seq = {p}"
         chunks = "INSERT INTO metric_chunks (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1) "
@@ -87,13 +102,36 @@ class MetricSql:
             f"WHERE id = {p}"
         )
         self.run = f"UPDATE runs SET last_step = {p} WHERE id = {p} AND (last_step IS NULL OR last_step < {p})"
-        # The run (not being deleted) and, when the batch names one, its component: one lookup.
-        self.target = (
-            f"SELECT r.created_at, r.deleted_at, c.id, r.last_step FROM runs r LEFT JOIN components c ON c.id = {p} "
-            f"AND c.run_id = r.id WHERE r.id = {p}"
-        )
         self.job = ("INSERT INTO detect_jobs (run_id, kind, payload, created_at) "
                     f"VALUES ({p}, 'metrics', {p}, CURRENT_TIMESTAMP) RETURNING id")
+
+    def claim_statement(self, run_id: int, client_id: str, seq: int, points: int, component_id: int | None,
+                        digest: str) -> tuple[str, tuple]:
+        """PostgreSQL: the statement that looks the target up and claims the batch; its row is
+        read by `claim_result`."""
+        return self._claim, (component_id, run_id, run_id, client_id, seq, points, component_id, digest, component_id)
+
+    @staticmethod
+    def claim_result(row: tuple | None) -> tuple[tuple | None, int | None]:
+        """(the target row, as `target` selects it, or None: no such run; the ledger id of the
+        claimed (run, client, seq), or None: a replay, or nothing claimed because the run is
+        being deleted or has no such component)."""
+        return (row[:4], row[4]) if row is not None else (None, None)
+
+    def claim(self, cur, run_id: int, client_id: str, seq: int, points: int, component_id: int | None,
+              digest: str) -> tuple[tuple | None, int | None]:
+        """`claim_result` of the batch's claim, made now. Either way the claim is made only for a
+        run (and component) the statement sees, so it never fails a foreign key."""
+        if self.pg:
+            cur.execute(*self.claim_statement(run_id, client_id, seq, points, component_id, digest))
+            return self.claim_result(cur.fetchone())
+        cur.execute(self.target, (component_id, run_id))
+        target = cur.fetchone()
+        if target is None or target[1] is not None or (component_id is not None and target[2] is None):
+            return target, None
+        cur.execute(self._claim, (run_id, client_id, seq, points, component_id, digest))
+        row = cur.fetchone()
+        return target, row[0] if row is not None else None
 
     def insert_chunks(self, cur, rows: list[tuple]) -> None:
         """Insert chunk rows (series_id, step_min, batch_id, step_max, count, steps, vals, in_level1)."""
@@ -119,6 +157,13 @@ class MetricSql:
         stored ones, combined first (one UPDATE per series, in series order)."""
         cur.executemany(self.stats, [(n, first, first, last_step, last_value, last_step, last_step, sid)
                                      for sid, n, first, last_step, last_value in combine_key_stats(rows)])
+
+    def advance_runs(self, cur, rows: list[tuple]) -> None:
+        """Raise each run's last step to the highest of its (run_id, last_step) rows."""
+        last: dict[int, int] = {}
+        for run_id, step in rows:
+            last[run_id] = max(step, last.get(run_id, step))
+        cur.executemany(self.run, [(step, run_id, step) for run_id, step in sorted(last.items())])
 
     @staticmethod
     def _insert_multi_row(cur, head: str, tail: str, rows: list[tuple]) -> None:

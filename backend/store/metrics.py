@@ -23,7 +23,7 @@ from typing import Any, Callable
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from paritywatch.backend.db import Database
+from paritywatch.backend.db import Database, FirstThen
 from paritywatch.backend.errors import Conflict, Invalid, NotFound
 from paritywatch.backend.models import IngestBatch, MetricChunk, MetricKey
 from paritywatch.backend.store.jobs import encode_keys
@@ -107,11 +107,26 @@ class MetricStore:
             epoch, cached = self._series_ids.get(run_id, (None, {}))
             known = {k: cached[k] for k in batch.points if k in cached}
 
-        def job(cur):
-            run_epoch, run_last_step = self._check_target(cur, run_id, component_id)
+        digest = batch.ledger_digest(component_id)
+        claim = (run_id, client_id, seq, batch.accepted, component_id, digest)
+
+        def write(cur, target: tuple | None, batch_id: int | None) -> tuple:
+            # A refused batch raises after its claim: the group writer undoes the claim with it.
+            run_epoch, run_last_step = self._judge_target(target, run_id, component_id)
             self._check_step_bound(run_last_step, batch.last_step)
+            if batch_id is None:  # replayed (run, client, seq)
+                cur.execute(self.sql.claimed, (run_id, client_id, seq))
+                check_replay(cur.fetchone()[0], digest, f"metric batch seq {seq} of client {client_id!r}")
+                return False, {}, None, run_epoch
             fresh = known if run_epoch == epoch else {}  # ids cached for an earlier run of this id
-            return self._write(cur, run_id, client_id, seq, batch, fresh, detect_keys, component_id) + (run_epoch,)
+            return self._write(cur, run_id, batch_id, batch, fresh, detect_keys) + (run_epoch,)
+
+        if self.pg:  # the claims of a group's batches go to PostgreSQL together
+            job: Callable[[Any], tuple] = FirstThen(*self.sql.claim_statement(*claim),
+                                                    then=lambda cur, first: write(cur, *self.sql.claim_result(first.fetchone())))
+        else:
+            def job(cur):
+                return write(cur, *self.sql.claim(cur, *claim))
 
         def finish(written: tuple) -> Ingested:
             stored, ids, job_id, run_epoch = written
@@ -124,31 +139,21 @@ class MetricStore:
     def _check_target(self, cur, run_id: int, component_id: int | None) -> tuple[object, int | None]:
         """The run's creation time and last step, after checking that the run and the component exist."""
         cur.execute(self.sql.target, (component_id, run_id))
-        row = cur.fetchone()
+        return self._judge_target(cur.fetchone(), run_id, component_id)
+
+    @staticmethod
+    def _judge_target(row: tuple | None, run_id: int, component_id: int | None) -> tuple[object, int | None]:
         if row is None or row[1] is not None:
             raise NotFound(f"run {run_id} does not exist")
         if component_id is not None and row[2] is None:
             raise NotFound(f"component {component_id} of run {run_id} does not exist")
         return row[0], row[3]
 
-    def _write(self, cur, run_id: int, client_id: str, seq: int, batch: PreparedBatch,
-               known: dict[str, int], detect_keys: list[str] | None,
-               component_id: int | None = None) -> tuple[bool, dict[str, int], int | None]:
-        try:
-            digest = batch.ledger_digest(component_id)
-            cur.execute(self.sql.claim, (run_id, client_id, seq, batch.accepted, component_id, digest))
-            row = cur.fetchone()
-        except Exception as exc:
-            if is_fk_violation(exc):
-                raise NotFound(f"run {run_id} does not exist") from None
-            raise
-        if row is None:  # replayed (run, client, seq): _check_target saw the run exists
-            cur.execute(self.sql.claimed, (run_id, client_id, seq))
-            check_replay(cur.fetchone()[0], digest, f"metric batch seq {seq} of client {client_id!r}")
-            return False, {}, None
+    def _write(self, cur, run_id: int, batch_id: int, batch: PreparedBatch, known: dict[str, int],
+               detect_keys: list[str] | None) -> tuple[bool, dict[str, int], int | None]:
+        """The claimed batch's keys, points, roll-ups and detection job."""
         if not batch.points:
             return True, {}, None
-        batch_id = row[0]
         missing = [k for k in batch.points if k not in known]  # at most KEYS_PER_TRANSACTION, or a race
         created = self._write_keys(cur, run_id, missing) if missing else {}
         ids = {**known, **created}
@@ -158,11 +163,12 @@ class MetricStore:
             sid, kr = ids[k], batch.points[k]
             chunks.extend((sid, c[0], batch_id, *c[1:]) for c in kr.chunks)
             stats.append((sid, *kr.stats))
-        self.sql.insert_chunks(cur, chunks)
-        # Every batch of a run updates the same roll-up buckets and key stats: merged per group.
+        # Written once per group, not per batch: each statement is a round trip of the one writer,
+        # and every batch of a run updates the same roll-up buckets, key stats and run row.
+        self.db.merge_at_commit(cur, self.sql.insert_chunks, chunks)
         self.db.merge_at_commit(cur, self.sql.merge_rollups, [batch.rollups_of(ids)])
         self.db.merge_at_commit(cur, self.sql.merge_key_stats, stats)
-        cur.execute(self.sql.run, (batch.last_step, run_id, batch.last_step))
+        self.db.merge_at_commit(cur, self.sql.advance_runs, [(run_id, batch.last_step)])
         job_id = None
         if detect_keys:
             cur.execute(self.sql.job, (run_id, encode_keys(detect_keys, batch.spans(detect_keys))))

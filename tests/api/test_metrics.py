@@ -366,3 +366,64 @@ def test_batches_merged_in_one_group_commit_store_what_they_store_one_by_one(cli
         return keys, series
 
     assert stored(grouped["id"]) == stored(one_by_one["id"])
+
+
+def test_each_batch_of_a_group_gets_its_own_answer_and_a_refused_one_leaves_no_claim(client, app, monkeypatch):
+    """The group-commit writer runs a group without savepoints and, on PostgreSQL, sends the
+    batches' claims together (db.FirstThen); a batch that fails makes it roll the group back and
+    run it again with a savepoint a batch. A group of new batches and a replay commits as sent; a
+    group holding a new batch, a replay with other content, a batch too far ahead, one the ledger
+    cannot take (seq over 2**63) and one naming an unknown component gives each its own answer,
+    stores the good one once, and leaves no claim of the refused ones (their (client, seq) stores a
+    valid batch later)."""
+    import asyncio
+    import threading
+
+    from paritywatch.backend.errors import Conflict, Invalid, NotFound
+    from paritywatch.backend.store.metrics import prepare_batch
+
+    store, db = app.state.metrics, app.state.db
+    monkeypatch.setattr(store, "max_step_ahead", 1_000)
+    run = new_run(client)
+    assert post(client, run["id"], 0, [1, 2], {"loss": [1.0, 2.0]}, client_id="p").status_code == 200
+
+    def batch(steps, value=0.5):
+        return prepare_batch(steps, {"loss": [value] * len(steps)}, 10_000, 200)
+
+    def one_group(sent: list) -> list:
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(_cur):
+            entered.set()
+            assert release.wait(30)
+
+        async def go() -> list:
+            held = asyncio.ensure_future(db.run_raw_async(hold))  # the batches queue behind it: one group
+            assert await asyncio.to_thread(entered.wait, 30)
+            jobs = [asyncio.ensure_future(store.ingest_batch_async(run["id"], cid, seq, b, component_id=comp))
+                    for cid, seq, b, comp in sent]
+            await asyncio.sleep(0)
+            assert db.writer_backlog() == len(jobs)
+            release.set()
+            await held
+            return await asyncio.gather(*jobs, return_exceptions=True)
+
+        return asyncio.run(go())
+
+    stored_again = prepare_batch([1, 2], {"loss": [1.0, 2.0]}, 10_000, 200)
+    results = one_group([("a", 0, batch([3, 4]), None), ("p", 0, stored_again, None), ("a", 1, batch([5]), None),
+                         ("a", 2, batch([6]), None)])
+    assert [r.stored for r in results] == [True, False, True, True]
+
+    other, far, big, unknown, a2 = one_group([
+        ("p", 0, batch([1, 2], 9.0), None), ("far", 0, batch([50_000]), None), ("big", 2**63, batch([6]), None),
+        ("c", 0, batch([7]), 999_999), ("a", 3, batch([8]), None)])
+    assert isinstance(other, Conflict) and isinstance(far, Invalid) and isinstance(unknown, NotFound)
+    assert isinstance(big, Exception) and not isinstance(big, (Conflict, Invalid, NotFound))
+    assert a2.stored
+    # nothing of the refused ones is claimed: their (client, seq) takes a valid batch now
+    assert store.ingest(run["id"], "far", 0, batch([9])) is True
+    assert store.ingest(run["id"], "c", 0, batch([10])) is True
+    assert count_rows(app, IngestBatch) == 7
+    keys = client.get(f"/api/v1/runs/{run['id']}/metrics").json()["keys"]
+    assert [(k["key"], k["count"], k["last_step"]) for k in keys] == [("loss", 9, 10)]
