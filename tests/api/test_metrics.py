@@ -315,13 +315,38 @@ def test_check_batch_counts_each_key_as_a_point():
     check_batch([], {f"k{i}": [] for i in range(10)}, 10, 200)
 
 
+def ingest_in_one_group(app, sent: list) -> list:
+    """Ingest `sent` ((run_id, client_id, seq, PreparedBatch, component_id), ...) as one group of the
+    group-commit writer: they queue behind a job that holds it. Their results or exceptions, in order."""
+    import asyncio
+    import threading
+
+    store, db = app.state.metrics, app.state.db
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_cur):
+        entered.set()
+        assert release.wait(30)
+
+    async def go() -> list:
+        held = asyncio.ensure_future(db.run_raw_async(hold))
+        assert await asyncio.to_thread(entered.wait, 30)
+        jobs = [asyncio.ensure_future(store.ingest_batch_async(run_id, cid, seq, b, component_id=comp))
+                for run_id, cid, seq, b, comp in sent]
+        await asyncio.sleep(0)
+        assert db.writer_backlog() == len(jobs)
+        release.set()
+        await held
+        return await asyncio.gather(*jobs, return_exceptions=True)
+
+    return asyncio.run(go())
+
+
 def test_batches_merged_in_one_group_commit_store_what_they_store_one_by_one(client, app):
     """Every batch of a run updates the same roll-up buckets and key stats; the group-commit writer
     merges those rows over its whole group, once before the commit (Database.merge_at_commit). A
     run fed 12 overlapping batches in one group stores what a run fed them one at a time does, and a
     batch of the group that fails (an unknown component) adds nothing to the merge."""
-    import asyncio
-    import threading
 
     from paritywatch.backend.store.metrics import prepare_batch
 
@@ -330,31 +355,14 @@ def test_batches_merged_in_one_group_commit_store_what_they_store_one_by_one(cli
     for b in range(12):  # interleaved steps, like workers logging the same training steps
         steps = sorted(rng.sample(range(0, 5000), 200))
         batches.append((steps, {"loss": [rng.uniform(-1, 1) for _ in steps], f"w{b % 3}/kl": [float(b)] * len(steps)}))
-    store, db = app.state.metrics, app.state.db
     one_by_one, grouped = new_run(client, "one-by-one"), new_run(client, "grouped")
     for seq, (steps, series) in enumerate(batches):
         assert post(client, one_by_one["id"], seq, steps, series).status_code == 200
 
-    entered, release = threading.Event(), threading.Event()
-
-    def hold(_cur):
-        entered.set()
-        assert release.wait(30)
-
-    async def one_group() -> list:
-        held = asyncio.ensure_future(db.run_raw_async(hold))  # the batches queue behind it: one group
-        assert await asyncio.to_thread(entered.wait, 30)
-        jobs = [asyncio.ensure_future(store.ingest_batch_async(grouped["id"], "c1", seq, prepare_batch(steps, series, 10_000, 200)))
-                for seq, (steps, series) in enumerate(batches)]
-        jobs.insert(5, asyncio.ensure_future(store.ingest_batch_async(
-            grouped["id"], "c2", 0, prepare_batch([1, 2], {"loss": [99.0, 99.0]}, 10_000, 200), component_id=999_999)))
-        await asyncio.sleep(0)
-        assert db.writer_backlog() == len(jobs)
-        release.set()
-        await held
-        return await asyncio.gather(*jobs, return_exceptions=True)
-
-    results = asyncio.run(one_group())
+    sent = [(grouped["id"], "c1", seq, prepare_batch(steps, series, 10_000, 200), None)
+            for seq, (steps, series) in enumerate(batches)]
+    sent.insert(5, (grouped["id"], "c2", 0, prepare_batch([1, 2], {"loss": [99.0, 99.0]}, 10_000, 200), 999_999))
+    results = ingest_in_one_group(app, sent)
     assert [type(r).__name__ for r in results].count("NotFound") == 1
     assert all(r.stored for r in results if not isinstance(r, Exception))
 
@@ -376,13 +384,11 @@ def test_each_batch_of_a_group_gets_its_own_answer_and_a_refused_one_leaves_no_c
     cannot take (seq over 2**63) and one naming an unknown component gives each its own answer,
     stores the good one once, and leaves no claim of the refused ones (their (client, seq) stores a
     valid batch later)."""
-    import asyncio
-    import threading
 
     from paritywatch.backend.errors import Conflict, Invalid, NotFound
     from paritywatch.backend.store.metrics import prepare_batch
 
-    store, db = app.state.metrics, app.state.db
+    store = app.state.metrics
     monkeypatch.setattr(store, "max_step_ahead", 1_000)
     run = new_run(client)
     assert post(client, run["id"], 0, [1, 2], {"loss": [1.0, 2.0]}, client_id="p").status_code == 200
@@ -390,34 +396,15 @@ def test_each_batch_of_a_group_gets_its_own_answer_and_a_refused_one_leaves_no_c
     def batch(steps, value=0.5):
         return prepare_batch(steps, {"loss": [value] * len(steps)}, 10_000, 200)
 
-    def one_group(sent: list) -> list:
-        entered, release = threading.Event(), threading.Event()
-
-        def hold(_cur):
-            entered.set()
-            assert release.wait(30)
-
-        async def go() -> list:
-            held = asyncio.ensure_future(db.run_raw_async(hold))  # the batches queue behind it: one group
-            assert await asyncio.to_thread(entered.wait, 30)
-            jobs = [asyncio.ensure_future(store.ingest_batch_async(run["id"], cid, seq, b, component_id=comp))
-                    for cid, seq, b, comp in sent]
-            await asyncio.sleep(0)
-            assert db.writer_backlog() == len(jobs)
-            release.set()
-            await held
-            return await asyncio.gather(*jobs, return_exceptions=True)
-
-        return asyncio.run(go())
-
     stored_again = prepare_batch([1, 2], {"loss": [1.0, 2.0]}, 10_000, 200)
-    results = one_group([("a", 0, batch([3, 4]), None), ("p", 0, stored_again, None), ("a", 1, batch([5]), None),
-                         ("a", 2, batch([6]), None)])
+    rid = run["id"]
+    results = ingest_in_one_group(app, [(rid, "a", 0, batch([3, 4]), None), (rid, "p", 0, stored_again, None),
+                                        (rid, "a", 1, batch([5]), None), (rid, "a", 2, batch([6]), None)])
     assert [r.stored for r in results] == [True, False, True, True]
 
-    other, far, big, unknown, a2 = one_group([
-        ("p", 0, batch([1, 2], 9.0), None), ("far", 0, batch([50_000]), None), ("big", 2**63, batch([6]), None),
-        ("c", 0, batch([7]), 999_999), ("a", 3, batch([8]), None)])
+    other, far, big, unknown, a2 = ingest_in_one_group(app, [
+        (rid, "p", 0, batch([1, 2], 9.0), None), (rid, "far", 0, batch([50_000]), None),
+        (rid, "big", 2**63, batch([6]), None), (rid, "c", 0, batch([7]), 999_999), (rid, "a", 3, batch([8]), None)])
     assert isinstance(other, Conflict) and isinstance(far, Invalid) and isinstance(unknown, NotFound)
     assert isinstance(big, Exception) and not isinstance(big, (Conflict, Invalid, NotFound))
     assert a2.stored
