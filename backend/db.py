@@ -13,8 +13,8 @@ import os
 import queue
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -165,12 +165,14 @@ class Database:
         return self._group_writer().submit(job).result()
 
     def merge_at_commit(self, cur, flush: Callable[[Any, list], None], rows: list) -> None:
-        """Write `rows` with `flush(cur, rows)`: rows that many batches of one group write to the same
-        few rows (a series' roll-up buckets, its stats). Inside a group-commit job they are staged,
-        and `flush` runs once for the whole group just before its commit, with every successful
-        job's rows in job order (a failed job stages nothing): PostgreSQL writes a new row version
-        per UPDATE, and 64 jobs merging into one bucket made 64 versions of it a transaction (the
-        load bench: 10k points/s on PostgreSQL against 60k on SQLite). Anywhere else, at once."""
+        """Write `rows` with `flush(cur, rows)`: rows a group writes better all at once (a batch's
+        chunks: one statement, not one round trip a batch) or that many batches of one group write
+        to the same few rows (a series' roll-up buckets, its stats, the run's last step). Inside a
+        group-commit job they are staged, and `flush` runs once for the whole group just before its
+        commit, with every successful job's rows in job order (a failed job stages nothing):
+        PostgreSQL writes a new row version per UPDATE, and 64 jobs merging into one bucket made 64
+        versions of it a transaction (the load bench: 10k points/s on PostgreSQL against 60k on
+        SQLite). Anywhere else, at once."""
         group = self._group
         if group is None or not group.stage(flush, rows):
             flush(cur, rows)
@@ -379,13 +381,14 @@ class _GroupWriter:
     def _send_firsts(conn, batch: list) -> dict[int, Any] | None:
         """{job index: cursor with its first statement's result} for the group's FirstThen jobs,
         sent in one pipeline; None, with the transaction rolled back, when one of them failed."""
-        firsts: dict[int, Any] = {}
+        jobs = [(i, job) for i, (job, _) in enumerate(batch) if isinstance(job, FirstThen)]
+        if not jobs:
+            return {}
+        firsts = {i: conn.cursor() for i, _ in jobs}
         try:
             with conn.driver_connection.pipeline():
-                for i, (job, _) in enumerate(batch):
-                    if isinstance(job, FirstThen):
-                        firsts[i] = conn.cursor()
-                        firsts[i].execute(job.sql, job.params)
+                for i, job in jobs:
+                    firsts[i].execute(job.sql, job.params)
         except Exception:
             conn.rollback()
             return None

@@ -55,9 +55,8 @@ class MetricSql:
                  "ON CONFLICT (run_id, client_id, seq) DO NOTHING RETURNING id")
         # The run (not being deleted) and, when the batch names one, its component: one lookup.
         self.target = (
-            f"SELECT r.created_at, r.deleted_at, c.id AS component_id, r.last_step FROM runs r LEFT JOIN components c "
-            f"ON c.id = {p} "
-            f"AND c.run_id = r.id WHERE r.id = {p}"
+            "SELECT r.created_at, r.deleted_at, c.id AS component_id, r.last_step FROM runs r "
+            f"LEFT JOIN components c ON c.id = {p} AND c.run_id = r.id WHERE r.id = {p}"
         )
         # PostgreSQL: the lookup and the claim in one statement (one round trip of the one writer
         # instead of two); the claim is made only where the target exists, so it never fails a
