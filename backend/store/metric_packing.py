@@ -6,11 +6,13 @@ Raw points land in `metric_chunks`, packed: one row per series per batch (and pe
 points into `metric_rollups` at bucket widths 16, 256, 4096 and 65536 steps.
 
 Dense chunks (>= DENSE_CHUNK points) skip the 16-step level: their one raw row stands in for the
-two or more level-1 rows their points would fold into, and that level would be 80 of the 185 rows
-of a 20-key, 50-step batch. Each chunk records which kind it is
-(`metric_chunks.in_level1`): reads (backend/store/metric_reads.py) and retention go by that flag,
-never by the count, so every point is counted exactly once whatever DENSE_CHUNK was when it was
-written.
+level-1 rows their points would fold into. A level-1 row holds at most 16 points, so a chunk of 16
+or more never costs a read more rows than those roll-ups would. That level would be 80 of the 185
+rows of a 20-key, 50-step batch, and a third of the rows of a worker's batch whose steps interleave
+with 256 other posters' (every point its own bucket; bench/load.py: 1,259 -> 838). Each chunk
+records which kind it is (`metric_chunks.in_level1`): reads (backend/store/metric_reads.py) and
+retention go by that flag, never by the count, so every point is counted exactly once whatever
+DENSE_CHUNK was when it was written.
 
 All the arithmetic happens here, before the write touches the database.
 """
@@ -28,9 +30,10 @@ ROLLUP_SHIFT = 4  # a step's bucket at a level is step >> (ROLLUP_SHIFT * level)
 ROLLUP_BASE = 1 << ROLLUP_SHIFT  # 16
 ROLLUP_LEVELS = (1, 2, 3, 4)  # bucket width = 16 ** level
 CHUNK_SHIFT = 12  # a chunk's steps all lie in one window [k * 4096, (k + 1) * 4096)
-# A new chunk of at least this many points writes no level-1 roll-ups (see the module docstring).
-# It decides new chunks only (stored ones carry their own in_level1), so it can change freely.
-DENSE_CHUNK = 32
+# A new chunk of at least this many points writes no level-1 roll-ups (see the module docstring):
+# a level-1 row's most points, so a raw row never holds fewer. It decides new chunks only (stored
+# ones carry their own in_level1), so it can change freely.
+DENSE_CHUNK = ROLLUP_BASE
 STEP_DTYPE, VALUE_DTYPE = np.dtype("<i8"), np.dtype("<f8")
 
 

@@ -1,6 +1,6 @@
 """Whether a chunk's points are in the level-1 roll-ups is stored per chunk (`in_level1`), not
 derived from its count: a series holding chunks written under another DENSE_CHUNK (0011's 256:
-chunks of 32..255 points in level 1) beside today's (32: those same sizes outside it) still
+chunks of 16..255 points in level 1) beside today's (16: those same sizes outside it) still
 counts every point once, in reads at every bucket width and through retention. On SQLite and
 PostgreSQL."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from paritywatch.backend.store.metrics import MetricStore, prepare_batch
 from paritywatch.backend.store.retention import RowRemover
 from tests.api.test_series_ties import brute_force
 
-SIZES = [1, 7, 31, 32, 40, 100, 255, 256, 300, 900]  # around both thresholds
+SIZES = [1, 7, 15, 16, 40, 100, 255, 256, 300, 900]  # around both thresholds
 
 
 @pytest.fixture
@@ -36,12 +36,12 @@ def new_run(db: Database) -> int:
 
 
 def write_both_eras(db: Database, monkeypatch, seed: int, overlap: bool) -> tuple[int, list]:
-    """A run whose series "s" mixes batches packed under DENSE_CHUNK 256 and 32, each size in
+    """A run whose series "s" mixes batches packed under DENSE_CHUNK 256 and 16, each size in
     SIZES under both; `overlap`: some batches rewrite steps already written. Returns the run and
     every point in write order."""
     run_id, store, rng = new_run(db), MetricStore(db), random.Random(seed)
     written, step = [], 0
-    batches = [(n, dense) for n in SIZES for dense in (256, 32)] * 2
+    batches = [(n, dense) for n in SIZES for dense in (256, 16)] * 2
     rng.shuffle(batches)
     for seq, (n, dense_chunk) in enumerate(batches):
         start = rng.randrange(max(step - 600, 0), step + 1) if overlap and rng.random() < 0.4 else step
@@ -78,8 +78,8 @@ def assert_reads_match(db: Database, run_id: int, written, reads) -> None:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_reads_count_chunks_of_either_threshold_once(db, monkeypatch, seed):
     run_id, written = write_both_eras(db, monkeypatch, seed, overlap=True)
-    # chunks of 32..255 points are in level 1 under one threshold and not under the other
-    assert {(40, True), (40, False), (255, True), (255, False), (7, True), (300, False)} <= flags(db)
+    # chunks of 16..255 points are in level 1 under one threshold and not under the other
+    assert {(16, True), (16, False), (255, True), (255, False), (15, True), (300, False)} <= flags(db)
     hi = max(p[0] for p in written)
     # points -> bucket width: raw, 16..240 (level 1 and dense chunks' raw points), 256+, 4096+
     assert_reads_match(db, run_id, written, [(50_000, 0, hi), (600, 0, hi), (300, 0, hi), (100, 0, hi),
