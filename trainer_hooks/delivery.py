@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from . import contract
 from .batch import ColumnBatch
-from .health import keeps_batches, problem_of
+from .health import KEEPING_PROBLEMS, keeps_batches, problem_of
 from .logs import LogOnce
 from .records import make_record, record_points, wire_batch
 from .registry import ComponentKey, Registry, RunKey
@@ -84,7 +84,8 @@ class Losses:
 
 class MetricDelivery:
     def __init__(self, *, backend: str, registry: Registry, backoff: Backoff, losses: Losses,
-                 timeout: Callable[[], float | None], log_once: LogOnce) -> None:
+                 timeout: Callable[[], float | None], log_once: LogOnce,
+                 known_problem: Callable[[], str | None] = lambda: None) -> None:
         self.backend = backend
         self.registry = registry
         self.backoff = backoff
@@ -99,6 +100,7 @@ class MetricDelivery:
         self._report_key = contract.dropped_points_key(registry.component.worker_id)
         self._report_step = 0  # the highest step the server took from this process: reports go there
         self._refusal: TransportError | None = None  # why new batches are dropped, while that lasts
+        self._known_problem = known_problem  # the process's problem, as any of its requests met it (health.py)
 
     def record(self, batch: ColumnBatch) -> dict[str, Any]:
         """The batch as sent and spooled: tagged with this process's (client_id, next seq)."""
@@ -120,8 +122,8 @@ class MetricDelivery:
                          offline=offline)
 
     def deliver(self, transport: Transport, record: dict[str, Any], *, offline: bool) -> None:
-        if offline and self._refusal is not None:
-            self._drop(record, self._refusal)  # closing: no later process could deliver it either
+        if offline and self._undeliverable():
+            self._lose(record, refused=True)  # closing: no later process could deliver it either (said by health.py)
             return
         spool_waiting = self.spool is not None and not self.spool.is_empty()
         if offline or not self.backoff.ready() or spool_waiting:
@@ -137,6 +139,12 @@ class MetricDelivery:
             else:
                 self._refusal = exc if problem_of(exc) is not None else None
                 self._drop(record, exc)
+
+    def _undeliverable(self) -> bool:
+        """A refusal no later attempt gets past: met by a batch, or by another request of this process
+        (the registration at start-up may find a wrong URL before the first batch is sent)."""
+        problem = self._known_problem()
+        return self._refusal is not None or (problem is not None and problem not in KEEPING_PROBLEMS)
 
     def replay(self, transport: Transport) -> None:
         """Send spooled batches oldest first until the spool is empty or a send fails."""

@@ -53,6 +53,7 @@ class Worker:
         max_backoff_s: float = 10.0,
         on_control: Callable[[Mapping[str, Any]], None] = lambda control: None,
         on_tick: Callable[[], None] = lambda: None,
+        known_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.queue: deque[tuple[Any, Mapping[str, Any]]] = deque()
         self.max_queue = max_queue
@@ -68,6 +69,7 @@ class Worker:
         self._spool_factory = spool_factory
         self._on_control = on_control
         self._on_tick = on_tick
+        self._known_problem = known_problem
         self._reset_process_state()
 
     def _reset_process_state(self) -> None:
@@ -87,7 +89,8 @@ class Worker:
         self.backoff = Backoff(cap=self.max_backoff_s)
         self.losses = Losses()
         self.delivery = MetricDelivery(backend=self._backend, registry=self.registry, backoff=self.backoff,
-                                       losses=self.losses, timeout=self._timeout, log_once=self._log_once)
+                                       losses=self.losses, timeout=self._timeout, log_once=self._log_once,
+                                       known_problem=self._known_problem)
         self.heartbeat = Heartbeat(registry=self.registry, backoff=self.backoff, interval_s=self.heartbeat_interval_s,
                                    on_control=self._on_control, log_once=self._log_once,
                                    delivered_points=lambda: self.delivery.stats.sent_points)
