@@ -80,12 +80,13 @@ def _health_latencies_during(srv, upload: Upload, settle_s: float = 0.3, min_sam
 
 def assert_responsive(latencies: list[float]) -> None:
     """/healthz kept answering while the body went in: before the fix every check stalled for ~10 s.
-    The bounds sit far from that and clear of a loaded CI box (two test workers and their servers
-    on two cores; seen there: an idle server misses 100 ms now and then): 90% within 250 ms, none
-    over 3 s."""
+    The bounds sit far from that and clear of a loaded CI box (four test workers, their servers and
+    the vLLM suite on two cores; seen there: an idle server misses 100 ms now and then, and one
+    check took 3.2 s while 99% were within 250 ms): 90% within 250 ms, none over 6 s (before the
+    fix: 10-17 s, longer still on a slower box)."""
     assert len(latencies) >= 5, latencies
     fast = sum(1 for t in latencies if t < 0.25) / len(latencies)
-    assert fast >= 0.9 and max(latencies) < 3.0, f"{fast:.0%} within 250 ms, slowest {max(latencies):.3f} s"
+    assert fast >= 0.9 and max(latencies) < 6.0, f"{fast:.0%} within 250 ms, slowest {max(latencies):.3f} s"
 
 
 def test_unauthenticated_32_mb_nested_body_costs_nothing(server):
