@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from . import contract
 from .batch import ColumnBatch
-from .health import KEEPING_PROBLEMS, keeps_batches, problem_of
+from .health import keeps_batches, problem_of
 from .logs import LogOnce
 from .records import make_record, record_points, wire_batch
 from .registry import ComponentKey, Registry, RunKey
@@ -85,7 +85,7 @@ class Losses:
 class MetricDelivery:
     def __init__(self, *, backend: str, registry: Registry, backoff: Backoff, losses: Losses,
                  timeout: Callable[[], float | None], log_once: LogOnce,
-                 known_problem: Callable[[], str | None] = lambda: None) -> None:
+                 drops_batches: Callable[[], bool] = lambda: False) -> None:
         self.backend = backend
         self.registry = registry
         self.backoff = backoff
@@ -100,7 +100,7 @@ class MetricDelivery:
         self._report_key = contract.dropped_points_key(registry.component.worker_id)
         self._report_step = 0  # the highest step the server took from this process: reports go there
         self._refusal: TransportError | None = None  # why new batches are dropped, while that lasts
-        self._known_problem = known_problem  # the process's problem, as any of its requests met it (health.py)
+        self._drops_batches = drops_batches  # BackendHealth.drops_batches: what any request of the process met
 
     def record(self, batch: ColumnBatch) -> dict[str, Any]:
         """The batch as sent and spooled: tagged with this process's (client_id, next seq)."""
@@ -143,8 +143,7 @@ class MetricDelivery:
     def _undeliverable(self) -> bool:
         """A refusal no later attempt gets past: met by a batch, or by another request of this process
         (the registration at start-up may find a wrong URL before the first batch is sent)."""
-        problem = self._known_problem()
-        return self._refusal is not None or (problem is not None and problem not in KEEPING_PROBLEMS)
+        return self._refusal is not None or self._drops_batches()
 
     def replay(self, transport: Transport) -> None:
         """Send spooled batches oldest first until the spool is empty or a send fails."""

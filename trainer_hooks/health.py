@@ -163,6 +163,12 @@ class BackendHealth:
         problem = self._problem
         return None if problem is None else problem.kind
 
+    @property
+    def drops_batches(self) -> bool:
+        """The problem met, by any of this process's requests, is one no later attempt gets past."""
+        problem = self.problem
+        return problem is not None and problem not in KEEPING_PROBLEMS
+
     def observe(self, error: "TransportError | None", purpose: str | None = None) -> None:
         if self._closed:
             return

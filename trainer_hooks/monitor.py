@@ -141,7 +141,7 @@ class ParityMonitor:
             max_backoff_s=max_backoff_s,
             on_control=self._control.observe,
             on_tick=self._health.check,
-            known_problem=lambda: self._health.problem,
+            drops_batches=lambda: self._health.drops_batches,
         )
         self._poller = ControlPoller(
             self._control,

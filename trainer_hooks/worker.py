@@ -53,7 +53,7 @@ class Worker:
         max_backoff_s: float = 10.0,
         on_control: Callable[[Mapping[str, Any]], None] = lambda control: None,
         on_tick: Callable[[], None] = lambda: None,
-        known_problem: Callable[[], str | None] = lambda: None,
+        drops_batches: Callable[[], bool] = lambda: False,
     ) -> None:
         self.queue: deque[tuple[Any, Mapping[str, Any]]] = deque()
         self.max_queue = max_queue
@@ -69,7 +69,7 @@ class Worker:
         self._spool_factory = spool_factory
         self._on_control = on_control
         self._on_tick = on_tick
-        self._known_problem = known_problem
+        self._drops_batches = drops_batches
         self._reset_process_state()
 
     def _reset_process_state(self) -> None:
@@ -90,7 +90,7 @@ class Worker:
         self.losses = Losses()
         self.delivery = MetricDelivery(backend=self._backend, registry=self.registry, backoff=self.backoff,
                                        losses=self.losses, timeout=self._timeout, log_once=self._log_once,
-                                       known_problem=self._known_problem)
+                                       drops_batches=self._drops_batches)
         self.heartbeat = Heartbeat(registry=self.registry, backoff=self.backoff, interval_s=self.heartbeat_interval_s,
                                    on_control=self._on_control, log_once=self._log_once,
                                    delivered_points=lambda: self.delivery.stats.sent_points)

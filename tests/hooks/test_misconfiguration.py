@@ -23,10 +23,11 @@ from tests.support.live import wait_for
 from trainer_hooks import ParityMonitor
 from trainer_hooks.batch import ColumnBatch
 from trainer_hooks.delivery import Losses, MetricDelivery
+from trainer_hooks.health import BackendHealth
 from trainer_hooks.logs import LogOnce
 from trainer_hooks.registry import ComponentKey, Registry, RunKey
 from trainer_hooks.spool import Spool
-from trainer_hooks.transport import Backoff
+from trainer_hooks.transport import Backoff, TransportError
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,6 @@ def test_fail_open_never_holds_the_loop_and_close_does_not_wait_on_a_refusing_ba
     assert monitor.stats()["spool_waiting_batches"] >= 1
 
 
-
 @pytest.mark.parametrize("problem, kept", [("wrong_url", False), ("registration_refused", False),
                                            ("wrong_project", True), ("unreachable", True)])
 def test_a_batch_still_queued_at_close_meets_the_fate_of_the_problem_the_process_already_met(
@@ -188,9 +188,11 @@ def test_a_batch_still_queued_at_close_meets_the_fate_of_the_problem_the_process
     """On a loaded machine close() can drain the queue before any batch was sent, after only the
     registration met the problem: the batch is dropped where no later attempt could deliver it,
     spooled where a later process may, as the warning says."""
+    health = BackendHealth("http://127.0.0.1:1")
+    health.observe(TransportError("the registration's answer", retryable=False, problem=problem))
     registry = Registry(RunKey("closing"), ComponentKey("trainer", "w0", "host", 1))
     delivery = MetricDelivery(backend="http://127.0.0.1:1", registry=registry, backoff=Backoff(), losses=Losses(),
-                              timeout=lambda: 1.0, log_once=LogOnce(), known_problem=lambda: problem)
+                              timeout=lambda: 1.0, log_once=LogOnce(), drops_batches=lambda: health.drops_batches)
     delivery.spool = Spool(tmp_path, "owner")
     batch = ColumnBatch(100)
     batch.add(0, {"loss": 1.0, "kl": 0.1})
