@@ -43,6 +43,7 @@ SECURITY_HEADERS = [
 MAX_JSON_DEPTH = 100
 _SUSPECT_TEXT = re.compile(rb"\\u(?:0000|d[89a-f])", re.I)
 INLINE_CHECK_BYTES = 64 * 1024  # bodies above this are measured as they arrive, checked in a worker thread
+BODY_SHAPE_KEY = "paritywatch.body_shape"  # where the guard leaves a measured body's JsonShape, in the ASGI scope
 METRIC_BATCH_DEPTH = 3
 # The metric batch route (its fast path, backend/api/fast_ingest.py, answers the same requests).
 # The contract's path, its run id a pattern of up to 18 digits: always a 64-bit id; longer ones take
@@ -130,6 +131,12 @@ def metric_batch_shape_problem(shape: JsonShape, max_points: int) -> tuple[int, 
     if shape.commas[3] >= max_points or shape.commas[2] > 2 * max_points:
         return 413, f"batch has more than {max_points} points; the limit is {max_points} points a batch"
     return None
+
+
+def metric_batch_series_keys(shape: JsonShape | None) -> int | None:
+    """How many series keys a metric batch of this shape names: the colons one level down (a name
+    sent twice counts twice; the hooks never do that). None for a body too small to be measured."""
+    return None if shape is None else shape.colons[2]
 
 
 def json_body_problem(body: bytes, check_depth: bool = True) -> tuple[int, str] | None:
@@ -288,9 +295,10 @@ class RequestGuard:
             shape_rule = functools.partial(metric_batch_shape_problem, max_points=self.max_points)
         else:
             shape_rule = general_shape_problem
-        body = await self._read(receive, send, limit, shape_rule)
-        if body is None:
+        read = await self._read(receive, send, limit, shape_rule)
+        if read is None:
             return
+        body, shape = read
         if len(body) > INLINE_CHECK_BYTES:  # its shape was checked as it arrived
             problem = await anyio.to_thread.run_sync(json_body_problem, body, False)
         else:
@@ -299,6 +307,8 @@ class RequestGuard:
             status, message = problem
             await send_error(send, status, message)
             return
+        if shape is not None:
+            scope[BODY_SHAPE_KEY] = shape
         await self.app(scope, _replay(body, receive), send)
 
     async def _identify(self, scope: Scope) -> tuple[Principal | None, tuple[int, str] | None]:
@@ -322,8 +332,8 @@ class RequestGuard:
         return None, (401, "a bearer token is required")
 
     async def _read(self, receive: Receive, send: Send, limit: int,
-                    shape_rule: Callable[[JsonShape], tuple[int, str] | None]) -> bytes | None:
-        """The body, or None once answered (or the client left). Refused while it arrives: over
+                    shape_rule: Callable[[JsonShape], tuple[int, str] | None]) -> tuple[bytes, JsonShape | None] | None:
+        """The body and, past INLINE_CHECK_BYTES, its shape; None once answered (or the client left). Refused while it arrives: over
         `limit` bytes, not all in within body_timeout_s (a trickle holds a connection and its
         buffer), or, past INLINE_CHECK_BYTES, a shape `shape_rule` refuses (no parse of a body
         that cannot be valid). Those answers close the connection: the rest is never read."""
@@ -356,7 +366,7 @@ class RequestGuard:
                     await send_error(send, *problem, CLOSE)
                     return None
             if not message.get("more_body", False):
-                return b"".join(chunks)
+                return b"".join(chunks), shape
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from paritywatch.backend.api.deps import INGEST_BULK, PRINCIPAL_KEY, RunProjects
 from paritywatch.backend.api.errors import handler_response
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
-from paritywatch.backend.middleware import BATCH_PATH, header
+from paritywatch.backend.middleware import BATCH_PATH, BODY_SHAPE_KEY, header, metric_batch_series_keys
 
 
 class MetricBatchFastPath:
@@ -38,7 +38,8 @@ class MetricBatchFastPath:
             body = await _read_body(receive)
             if body is None:  # the client went away: nobody to answer
                 return
-            result = await ingest_metric_batch(self.services, run_id, body, header(scope, b"content-type"))
+            result = await ingest_metric_batch(self.services, run_id, body, header(scope, b"content-type"),
+                                               metric_batch_series_keys(scope.get(BODY_SHAPE_KEY)))
             response = JSONResponse(result.model_dump())
         except Exception as exc:
             response = await handler_response(scope, exc)

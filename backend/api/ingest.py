@@ -48,10 +48,15 @@ def parse_metric_batch(body: bytes, content_type: str | None) -> MetricBatch:
         ) from None
 
 
-async def ingest_metric_batch(svc: IngestServices, run_id: int, body: bytes,
-                              content_type: str | None) -> MetricBatchResult:
+async def ingest_metric_batch(svc: IngestServices, run_id: int, body: bytes, content_type: str | None,
+                              series_keys: int | None = None) -> MetricBatchResult:
     """Store one batch once (a replayed client_id/seq is a duplicate) and evaluate the rules that
-    watch its keys. The caller has checked who may write to the run."""
+    watch its keys. The caller has checked who may write to the run. `series_keys`: how many keys
+    the body names, counted as it arrived (backend/middleware.py), for a body big enough to be
+    measured: a batch with that many more keys than the run holds is refused before its parse
+    (99,000 keys: ~150 ms of the event loop)."""
+    if series_keys is not None:
+        await svc.store.check_key_count_async(run_id, series_keys)
     batch = parse_metric_batch(body, content_type)
     # On the event loop: packing is CPU work either way, and the write waits for the group-commit
     # writer without holding a thread. Anything that may query goes to the pool.

@@ -102,6 +102,35 @@ def test_new_keys_over_the_batch_cap_are_refused_whole(capped):
     assert r.status_code == 200 and r.json()["accepted"] == 3000
 
 
+def test_a_batch_naming_far_more_keys_than_the_run_holds_is_refused_before_its_parse(capped, db_url, monkeypatch):
+    """The guard counts a big body's series keys as it arrives; a batch naming more than the cap
+    beyond what the run holds cannot be valid and is refused without the parse that would hold
+    the event loop (99,000 keys: ~150 ms). A big batch of keys the run holds is parsed and stored,
+    also by a process that has none of them cached (a restart)."""
+    from paritywatch.backend.api import ingest
+
+    parsed = []
+    real_parse = ingest.parse_metric_batch
+    monkeypatch.setattr(ingest, "parse_metric_batch", lambda *a: parsed.append(1) or real_parse(*a))
+    app, client = capped
+    run = new_run(client)["id"]
+    r = post(client, run, 0, {f"k/{i:05d}": [1.0] for i in range(6000)})  # a body past INLINE_CHECK_BYTES
+    assert r.status_code == 422 and "at least 6,000 new metric keys" in r.text and "at most 3,000" in r.text
+    assert parsed == [] and rows(app, MetricKey) == 0 and rows(app, IngestBatch) == 0
+    assert post(client, run, 1, {f"k/{i:05d}": [1.0] for i in range(3000)}).status_code == 200
+    assert post(client, run, 2, {f"k/{i:05d}": [1.0] for i in range(3000, 4999)}).status_code == 200
+    parsed.clear()
+    settings = Settings(database_url=db_url, host="127.0.0.1", open_mode=True, max_new_keys_per_batch=3000,
+                        max_keys_per_run=5000)
+    with local_client(create_app(settings, upgrade_schema=False)) as restarted:
+        r = post(restarted, run, 3, {f"k/{i:05d}": [2.0] for i in range(4999)})
+        assert r.status_code == 200 and r.json()["accepted"] == 4999 and parsed == [1]
+        # 6,000 keys the run's 4,999 do not rule out: parsed, then 2,999 known and 3,001 new
+        r = post(restarted, run, 4, {f"k/{i:05d}": [2.0] for i in range(2000, 8000)})
+        assert r.status_code == 422 and "3,001 new metric keys" in r.text and "at least" not in r.text
+    assert rows(app, MetricKey, run_id=run) == 4999
+
+
 def test_new_keys_over_the_run_cap_are_refused_whole(capped):
     app, client = capped
     run, other = new_run(client, "a")["id"], new_run(client, "b")["id"]

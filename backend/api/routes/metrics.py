@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from paritywatch.backend.api.deps import AnswerRoute, IngestBulkDep, MetricsDep, ReadDep, ReadSession, SettingsDep, app_service
 from paritywatch.backend.api.ingest import IngestServices, ingest_metric_batch
 from paritywatch.backend.api.query import KeysPage, encode_cursor
+from paritywatch.backend.middleware import BODY_SHAPE_KEY, metric_batch_series_keys
 from paritywatch.backend.schemas.metrics import MetricBatch, MetricBatchResult, MetricKeyList, MetricKeyOut, SeriesOut, SeriesTimesOut
 from paritywatch.backend.schemas.common import CONFLICT_RESPONSE
 from trainer_hooks.contract import MAX_KEY_LENGTH, MAX_STEP
@@ -23,7 +24,8 @@ _BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
 @router.post("/metrics", response_model=MetricBatchResult, responses=CONFLICT_RESPONSE, summary="Post a columnar metric batch (idempotent)",
              openapi_extra=_BODY_DOC)
 async def post_metrics(run_id: int, request: Request, _: IngestBulkDep, ingest: IngestDep) -> MetricBatchResult:
-    return await ingest_metric_batch(ingest, run_id, await request.body(), request.headers.get("content-type"))
+    return await ingest_metric_batch(ingest, run_id, await request.body(), request.headers.get("content-type"),
+                                     metric_batch_series_keys(request.scope.get(BODY_SHAPE_KEY)))
 
 
 @router.get("/metrics", response_model=MetricKeyList, summary="The run's metric keys with counts, by name (paginated)")
