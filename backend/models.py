@@ -190,6 +190,8 @@ class MetricRollup(Base):
     series group a few thousand roll-up rows instead of a million points."""
 
     __tablename__ = "metric_rollups"
+    # Room on each page for the updates every batch makes (migration 0017: HOT updates).
+    __table_args__ = {"postgresql_with": {"fillfactor": 70}}
 
     series_id: Mapped[int] = mapped_column(
         ForeignKey("metric_keys.id", ondelete="CASCADE"), primary_key=True
