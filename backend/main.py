@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 from contextlib import asynccontextmanager, suppress
 from html import escape as html_escape
@@ -82,7 +83,12 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
                 "  Create a token with `paritywatch token create --scope admin` to require tokens.\n%s",
                 "!" * 78, "!" * 78,
             )
+        # The heap built so far (the frameworks, the app, its caches) lives as long as the server:
+        # frozen, the cycle collector no longer walks it. Each full collection walked it with the
+        # event loop stopped: 9 in 30 s of the load bench, up to 163 ms each.
+        gc.freeze()
         yield
+        gc.unfreeze()
         app.state.streams.close_all()
         await app.state.control_watcher.stop()
         if settings.run_background_workers:
