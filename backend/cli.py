@@ -112,6 +112,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["PARITYWATCH_HOST"] = args.host
     os.environ["PARITYWATCH_PORT"] = str(args.port)
     os.environ["PARITYWATCH_OPEN_MODE"] = "1" if open_mode else "0"
+    os.environ["PARITYWATCH_FREEZE_STARTUP_HEAP"] = "1"  # this process (each worker's) is the server's own
     # The app reads these through get_settings(), which _say_which_db() already called (and
     # cached) before they were set: without this, `serve` without --db never ran open.
     from paritywatch.backend.settings import get_settings

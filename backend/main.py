@@ -85,10 +85,12 @@ def create_app(settings: Settings | None = None, *, upgrade_schema: bool = True,
             )
         # The heap built so far (the frameworks, the app, its caches) lives as long as the server:
         # frozen, the cycle collector no longer walks it. Each full collection walked it with the
-        # event loop stopped: 9 in 30 s of the load bench, up to 163 ms each.
-        gc.freeze()
+        # event loop stopped (load bench: up to 228 ms each).
+        if settings.freeze_startup_heap:
+            gc.freeze()
         yield
-        gc.unfreeze()
+        if settings.freeze_startup_heap:
+            gc.unfreeze()
         app.state.streams.close_all()
         await app.state.control_watcher.stop()
         if settings.run_background_workers:

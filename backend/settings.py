@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     webhook_poll_interval_s: float = 0.5
     webhook_claim_s: float = 60.0
     run_background_workers: bool = True
+    # gc.freeze() of the heap built at startup (docs/design.md "Slow and hostile clients"). It is
+    # process-wide: `paritywatch serve`, which owns its process, asks for it; an app embedded in
+    # another program (its tests, a notebook) leaves that program's garbage collection alone.
+    freeze_startup_heap: bool = False
     # --- Security (docs/design.md "Security model") ---
     # Open mode: with no API token ever created, local callers (loopback peer, loopback Host, no
     # foreign Origin) are admin. Off unless asked for: `paritywatch serve` on a loopback bind asks.

@@ -28,6 +28,7 @@ import concurrent.futures
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import httpx
@@ -119,6 +120,21 @@ class LocalManager:
 
     def close_parity_monitors(self) -> list[bool]:
         return [self.worker.close_parity_monitor()]
+
+
+def in_background(fn, *args) -> concurrent.futures.Future:
+    """fn(*args) in a daemon thread. Not an executor's: its thread is joined at the interpreter's
+    exit, so a test failing while fit() is held by a pause hung the whole suite at its end."""
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="verl-fit", daemon=True).start()
+    return done
 
 
 def start_fit(trainer):
@@ -308,7 +324,7 @@ def test_rollout_logprobs_mode_raw_at_0_7_pauses_the_run_before_its_first_step(b
     assert "raw" in str(row) and "processed" in str(row), row
 
     # verl's fit() (sync mode) runs up to on_train_begin, which blocks while the run is paused
-    fitting = concurrent.futures.ThreadPoolExecutor(max_workers=1).submit(trainer.fit, LocalManager(worker))
+    fitting = in_background(trainer.fit, LocalManager(worker))
     wait_for(lambda: trainer.parity_monitor.state == "paused", timeout_s=60)
     assert not concurrent.futures.wait([fitting], timeout=1.0).done  # held before step 1
     # the damage had it trained: verl's own mismatch metric on this rollout's batch
