@@ -7,9 +7,14 @@ embedding program's garbage frozen and collected later can run its finalizers at
 from __future__ import annotations
 
 import gc
+import os
 
+import pytest
+import uvicorn
+
+from paritywatch.backend import cli
 from paritywatch.backend.main import create_app
-from paritywatch.backend.settings import Settings
+from paritywatch.backend.settings import Settings, get_settings
 from tests.support.live import local_client
 
 
@@ -37,19 +42,21 @@ def test_an_embedded_app_leaves_the_program_s_collector_alone(db_url):
         assert walked_by_the_collector(earlier) and walked_by_the_collector(app)
 
 
-def test_serve_asks_for_the_freeze(monkeypatch, tmp_path):
-    """`paritywatch serve` sets the setting for the app uvicorn builds in its own process."""
-    import uvicorn
-
-    from paritywatch.backend import cli
-    from paritywatch.backend.settings import get_settings
-
-    monkeypatch.delenv("PARITYWATCH_FREEZE_STARTUP_HEAP", raising=False)
-    for name in ("DATABASE_URL", "HOST", "PORT", "OPEN_MODE"):
-        monkeypatch.delenv(f"PARITYWATCH_{name}", raising=False)  # restored after: serve sets them
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
-    try:
-        assert cli.main(["serve", "--db", f"sqlite:///{tmp_path / 's.db'}", "--port", "0"]) == 0
-        assert get_settings().freeze_startup_heap is True
-    finally:
-        get_settings.cache_clear()  # the next reader sees the environment as monkeypatch restores it
+def test_serve_asks_for_the_freeze(tmp_path):
+    """`paritywatch serve` sets the setting for the app uvicorn builds in its own process, through
+    the environment (as it does the others); the test puts that environment back after."""
+    names = [f"PARITYWATCH_{n}" for n in ("DATABASE_URL", "HOST", "PORT", "OPEN_MODE", "FREEZE_STARTUP_HEAP")]
+    before = {n: os.environ.get(n) for n in names}
+    with pytest.MonkeyPatch.context() as m:
+        for name in names:
+            # set first, so the context records and restores it (a delenv of an absent name
+            # records nothing: serve's PARITYWATCH_OPEN_MODE=1 leaked to a later test once)
+            m.setenv(name, "")
+            m.delenv(name)
+        m.setattr(uvicorn, "run", lambda *a, **k: None)
+        try:
+            assert cli.main(["serve", "--db", f"sqlite:///{tmp_path / 's.db'}", "--port", "0"]) == 0
+            assert get_settings().freeze_startup_heap is True
+        finally:
+            get_settings.cache_clear()
+    assert {n: os.environ.get(n) for n in names} == before
